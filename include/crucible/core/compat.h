@@ -1,0 +1,47 @@
+// Every libtorch version difference lives here (and in compat.cpp), behind
+// TORCH_VERSION_MAJOR/MINOR; nowhere else tests the version. Supported: 1.13 to 2.x.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
+namespace crucible::compat {
+
+// "1.13.0" etc., from the headers this was built against.
+std::string torch_version();
+
+// RAII autocast for one device type: enables mixed precision with `dtype` (bf16 or fp16) for
+// its lifetime, restoring the previous state after. `enabled` false makes it a no-op.
+// 1.13 uses set_enabled / set_cpu_enabled; 2.4+ uses set_autocast_enabled(device_type, …).
+class AutocastGuard {
+ public:
+  AutocastGuard(c10::DeviceType device, c10::ScalarType dtype, bool enabled);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool enabled_;
+  bool prev_enabled_ = false;
+  c10::ScalarType prev_dtype_ = c10::ScalarType::Undefined;
+};
+
+// Whether this libtorch has autocast for `dtype` on `device` (fp16 on CPU needs 2.x).
+bool autocast_supported(c10::DeviceType device, c10::ScalarType dtype);
+
+// The default CPU generator (weights init, dropout): seed, and state as a uint8 tensor that
+// round-trips through checkpoints.
+void seed_cpu_generator(uint64_t seed);
+at::Tensor cpu_generator_state();
+void set_cpu_generator_state(const at::Tensor& state);
+
+// Intra-op threads for torch kernels.
+void set_num_threads(int threads);
+int num_threads();
+
+}  // namespace crucible::compat

@@ -1,0 +1,43 @@
+// Transfer + device-side conversion of a uint8 batch into the model's input (law 3, D4):
+// [batch, H, W, C] uint8 in 0–255 → [batch, C, H, W] float, (x/255 - mean) / std with
+// mean/std stated in their units ("unit" = 0–1 like torchvision, or "byte" = 0–255), in the
+// chosen memory format. Mismatched conventions are rejected when it is constructed.
+// Thread-safe after construction (const).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "crucible/data/image.h"
+#include "crucible/data/loader.h"
+
+namespace crucible::data {
+
+struct NormalizeOptions {
+  std::vector<double> mean;  // one per channel (or one for all)
+  std::vector<double> std;
+  ValueRange range = ValueRange::kUnit;  // the units mean/std are given in
+};
+
+class DeviceInput {
+ public:
+  // Throws bad_input when mean/std do not fit the image (channel count) or look like the other
+  // unit (D4: a 0–255 mean with range "unit", or a 0–1 mean with range "byte").
+  DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10::Device device, bool channels_last);
+
+  at::Tensor images(const Batch& batch) const;  // [B, C, H, W] float32, normalised
+  at::Tensor labels(const Batch& batch) const;  // [B] int64
+  std::string describe() const;
+
+ private:
+  ImageSpec spec_;
+  NormalizeOptions norm_;
+  c10::Device device_;
+  bool channels_last_;
+  at::Tensor scale_, shift_;  // [1, C, 1, 1]: x * scale + shift == (x/255 - mean) / std
+};
+
+}  // namespace crucible::data

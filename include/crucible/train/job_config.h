@@ -1,0 +1,82 @@
+// The configuration of a training job, section by section, exactly as the TOML reads: each
+// field is one `section.key`, its initializer is the default, and bind_job_config() registers
+// it with its help text and allowed values (so `crucible train --help`, the resolved
+// config.toml and this struct are the same thing). Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "crucible/nn/model.h"
+#include "crucible/train/optimizer.h"
+#include "crucible/train/schedule.h"
+
+namespace crucible {
+class ConfigSchema;
+}
+
+namespace crucible::train {
+
+struct RunSection {
+  std::string name = "fashion_mnist";
+  std::string dir = "runs";
+  int64_t seed = 0;
+};
+
+struct DataSection {
+  std::string dataset = "idx";  // images + labels from IDX files (gzip or plain)
+  std::string train_images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+  std::string train_labels = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
+  std::string test_images = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+  std::string test_labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
+  int64_t train_samples = 0;  // 0 = all
+  int64_t test_samples = 0;   // 0 = all
+  double hflip = 0.5;         // probability of a horizontal flip
+  std::vector<double> mean = {0.2860};
+  std::vector<double> std = {0.3530};
+  std::string mean_std_range = "unit";  // D4: the units of mean/std: "unit" (0-1) or "byte" (0-255)
+  int64_t threads = 0;                  // loader threads; 0 = 1 per 2 cores, at least 1
+  int64_t prefetch = 4;
+};
+
+struct TrainSection {
+  int64_t epochs = 10;
+  int64_t batch_size = 256;
+  int64_t eval_batch_size = 1000;
+  std::string precision = "bf16";  // "fp32" | "bf16" | "fp16"
+  bool channels_last = true;
+  double label_smoothing = 0.1;
+  int64_t threads = 0;   // torch intra-op threads; 0 = every core this process may use
+  int64_t max_steps = 0; // stop after this many steps (0 = run every epoch)
+};
+
+struct CheckpointSection {
+  int64_t every_steps = 100;
+  int64_t keep = 3;
+};
+
+struct LogSection {
+  int64_t every_steps = 50;
+  std::string progress = "auto";  // "auto" | "bar" | "lines" | "none"
+};
+
+struct JobConfig {
+  RunSection run;
+  DataSection data;
+  nn::ModelOptions model;
+  OptimOptions optim;
+  ScheduleOptions schedule;
+  TrainSection train;
+  CheckpointSection checkpoint;
+  LogSection log;
+};
+
+// Registers every field of `job` in `schema` (job must outlive schema).
+void bind_job_config(JobConfig& job, ConfigSchema& schema);
+
+// Keys whose change does not alter the result of a run (so resuming with them changed is
+// allowed): logging, checkpoint cadence, loader threads.
+bool key_is_cosmetic(const std::string& full_name);
+
+}  // namespace crucible::train

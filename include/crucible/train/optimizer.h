@@ -1,0 +1,65 @@
+// Optimizers written for crucible (T8): AdamW and SGD with Nesterov momentum, with the exact
+// update rules of PyTorch's torch.optim (single-tensor path), parameter groups, gradients set
+// to none (T10), state kept in fp32 (T3) and exposed by name for checkpoints. The learning
+// rate and momentum of each step come from the Schedule. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace crucible::train {
+
+struct OptimOptions {
+  std::string name = "adamw";  // "adamw" | "sgd"
+  double lr = 2e-3;            // peak learning rate
+  double weight_decay = 5e-4;  // decoupled for AdamW, L2 for SGD
+  double beta1 = 0.9;          // AdamW
+  double beta2 = 0.999;        // AdamW
+  double eps = 1e-8;           // AdamW
+  double momentum = 0.9;       // SGD
+  bool nesterov = true;        // SGD
+};
+
+struct NamedTensor {
+  std::string name;
+  at::Tensor tensor;
+};
+
+// A set of parameters sharing options.
+struct ParamGroup {
+  std::vector<NamedTensor> params;
+  double weight_decay = 0.0;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // One update with this step's lr and momentum (beta1 for AdamW). Parameters whose grad is
+  // undefined are skipped.
+  virtual void step(double lr, double momentum) = 0;
+
+  // Sets every gradient to none (T10): no kernel writes zeros, memory is freed.
+  void zero_grad();
+
+  // State tensors by stable name ("<param>.exp_avg", …) plus scalars, for checkpoints.
+  virtual std::vector<NamedTensor> state() const = 0;
+  // Restores state written by state(); throws bad_input naming a missing or mismatched tensor.
+  virtual void load_state(const std::vector<NamedTensor>& state) = 0;
+  virtual std::string describe() const = 0;
+
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+
+ protected:
+  std::vector<ParamGroup> groups_;
+};
+
+// Builds options.name over `groups`. Throws bad_input for an unknown name.
+std::unique_ptr<Optimizer> make_optimizer(const OptimOptions& options, std::vector<ParamGroup> groups);
+
+}  // namespace crucible::train

@@ -1,0 +1,59 @@
+// The Trainer runs a whole job: data, model, optimizer and schedule from a JobConfig; resume
+// from the newest verified checkpoint; the training loop with metrics kept on the device
+// (law 2); evaluation after every epoch through EvalGuard (M1); checkpoints; and the run
+// folder (config.toml, metrics.jsonl, train.log, checkpoints/, summary.json).
+// Not thread-safe: one Trainer per process.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "crucible/train/job_config.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace crucible::train {
+
+struct TrainFlags {
+  bool resume = false;   // require an existing run to continue (a rerun resumes anyway)
+  bool restart = false;  // discard the run folder's checkpoints and metrics, start afresh
+};
+
+struct TrainSummary {
+  std::string run_dir;
+  double test_acc = 0;        // 0–1
+  double test_loss = 0;
+  double train_seconds = 0;   // training steps + per-epoch evaluation, over all sessions
+  double wall_seconds = 0;    // this process, start to finish
+  double samples_per_s = 0;   // training samples / time in training steps
+  int64_t steps = 0;
+  std::string params_sha256;
+  bool already_complete = false;  // nothing to do: the run had finished before
+};
+
+class Trainer {
+ public:
+  explicit Trainer(JobConfig job, TrainFlags flags = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  TrainSummary run();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// SHA-256 over parameters then buffers in registration order: name, dtype, shape and the
+// values in C order (independent of memory format).
+std::string params_sha256(torch::nn::Module& module);
+
+// Asks a running Trainer to stop at the next step boundary, checkpoint and return (SIGINT).
+void request_stop();
+
+}  // namespace crucible::train

@@ -1,0 +1,112 @@
+// The `crucible` program: parses the command line, calls the library, and is the only place
+// that turns errors into exit codes (0 ok, 1 runtime failure, 2 bad input/usage, 3 diverged).
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include "crucible/core/config.h"
+#include "crucible/core/error.h"
+#include "crucible/core/log.h"
+#include "crucible/core/memory.h"
+#include "crucible/obs/progress.h"
+#include "crucible/train/job_config.h"
+#include "crucible/train/trainer.h"
+
+namespace crucible {
+extern const char* const kDefaultConfigToml;  // configs/fashion_mnist.toml, embedded at build time
+}
+
+namespace {
+
+using namespace crucible;
+
+void on_signal(int sig) {
+  train::request_stop();
+  std::signal(sig, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+int rank_from_env() {
+  const char* r = std::getenv("RANK");
+  return r != nullptr ? std::atoi(r) : 0;
+}
+
+int run_train(const std::string& config_path, const std::vector<std::string>& overrides, bool resume, bool restart) {
+  train::JobConfig job;
+  ConfigSchema schema;
+  train::bind_job_config(job, schema);
+  if (config_path.empty()) {
+    schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
+  } else {
+    schema.load_file(config_path);
+  }
+  for (const auto& o : overrides) schema.apply_override(o);
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  train::Trainer trainer(job, train::TrainFlags{resume, restart});
+  train::TrainSummary s = trainer.run();
+  log_info("{}: test accuracy {:.2f}%  train {}  wall {}  {:.0f} samples/s  params sha256 {}…  → {}/summary.json",
+           s.already_complete ? "complete" : "done", 100 * s.test_acc, obs::Progress::format_duration(s.train_seconds),
+           obs::Progress::format_duration(s.wall_seconds), s.samples_per_s, s.params_sha256.substr(0, 12), s.run_dir);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tune_host_allocator();  // first, before the allocations it should govern
+  set_log_rank(rank_from_env());
+
+  CLI::App app{"crucible: a training engine on libtorch that makes the classic training pitfalls loud"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("crucible ") + CRUCIBLE_VERSION);
+
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool resume = false, restart = false;
+  CLI::App* train_cmd = app.add_subcommand("train", "train a model (default: Fashion-MNIST, configs/fashion_mnist.toml)");
+  train_cmd->add_option("config", config_path, "TOML config file (default: the built-in Fashion-MNIST job)")
+      ->check(CLI::ExistingFile);
+  train_cmd->add_option("--set", overrides, "override one key: --set section.key=value (repeatable)")
+      ->type_name("KEY=VALUE");
+  auto* resume_flag = train_cmd->add_flag("--resume", resume, "continue the run in <run.dir>/<run.name> (error if none)");
+  train_cmd->add_flag("--restart", restart, "discard that run's checkpoints and metrics and start afresh")
+      ->excludes(resume_flag);
+  {
+    train::JobConfig defaults;
+    ConfigSchema schema;
+    train::bind_job_config(defaults, schema);
+    try {
+      schema.load_string(kDefaultConfigToml, "built-in config");
+    } catch (const Error&) {
+    }
+    train_cmd->footer("\nConfig keys (value of the default job; override with --set section.key=value):\n" +
+                      schema.help_text());
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  try {
+    if (train_cmd->parsed()) return run_train(config_path, overrides, resume, restart);
+  } catch (const Error& e) {
+    log_error("{}", e.what());
+    return exit_code(e.kind());
+  } catch (const c10::Error& e) {
+    log_error("libtorch: {}", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    log_error("{}", e.what());
+    return 1;
+  }
+  return 0;
+}

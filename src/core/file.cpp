@@ -1,0 +1,105 @@
+// AtomicFile and whole-file reads on POSIX file descriptors.
+#include "crucible/core/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include "crucible/core/error.h"
+
+namespace crucible {
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  tmp_path_ = path_ + ".tmp-" + std::to_string(::getpid());
+  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw runtime_error("cannot create {}: {}", tmp_path_, errno_text(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_path_.c_str());
+  }
+}
+
+void AtomicFile::write(const void* data, size_t size) {
+  if (fd_ < 0) throw std::logic_error("AtomicFile::write after commit: " + path_);
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd_, p, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw runtime_error("cannot write {} ({} bytes written so far): {}", tmp_path_, size_, errno_text(errno));
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+    size_ += static_cast<uint64_t>(n);
+  }
+}
+
+void AtomicFile::commit() {
+  if (fd_ < 0) throw std::logic_error("AtomicFile::commit twice: " + path_);
+  if (::fsync(fd_) != 0) throw runtime_error("cannot fsync {}: {}", tmp_path_, errno_text(errno));
+  int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    ::unlink(tmp_path_.c_str());
+    throw runtime_error("cannot close {}: {}", tmp_path_, errno_text(errno));
+  }
+  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp_path_.c_str());
+    throw runtime_error("cannot rename {} to {}: {}", tmp_path_, path_, errno_text(err));
+  }
+  std::string dir = std::filesystem::path(path_).parent_path().string();
+  fsync_dir(dir.empty() ? "." : dir);
+}
+
+void write_file_atomic(const std::string& path, std::string_view data) {
+  AtomicFile f(path);
+  f.write(data);
+  f.commit();
+}
+
+std::string read_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw bad_input("cannot open {}: {}", path, errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw runtime_error("cannot stat {}: {}", path, errno_text(err));
+  }
+  std::string out;
+  out.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = errno;
+      ::close(fd);
+      throw runtime_error("cannot read {} at byte {} of {}: {}", path, got, out.size(),
+                          n == 0 ? "file shrank while reading" : errno_text(err));
+    }
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return out;
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw runtime_error("cannot open folder {}: {}", dir, errno_text(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw runtime_error("cannot fsync folder {}: {}", dir, errno_text(err));
+}
+
+bool is_atomic_temp_name(std::string_view file_name) { return file_name.find(".tmp-") != std::string_view::npos; }
+
+}  // namespace crucible

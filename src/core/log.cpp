@@ -1,0 +1,95 @@
+// Rank-aware line logging with a redrawable status line (see log.h).
+#include "crucible/core/log.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <mutex>
+
+namespace crucible {
+namespace {
+
+struct LogState {
+  std::mutex mu;
+  int rank = 0;
+  bool all_ranks = false;
+  std::FILE* file = nullptr;
+  std::string status;  // the live status line, "" when none
+};
+
+LogState& state() {
+  static LogState s;
+  return s;
+}
+
+bool speaks(const LogState& s) { return s.all_ranks || s.rank == 0; }
+
+}  // namespace
+
+void set_log_rank(int rank, bool all_ranks) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.rank = rank;
+  s.all_ranks = all_ranks;
+}
+
+int log_rank() {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.rank;
+}
+
+void set_log_file(const std::string& path) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.file != nullptr) {
+    std::fclose(s.file);
+    s.file = nullptr;
+  }
+  if (!path.empty()) s.file = std::fopen(path.c_str(), "a");
+}
+
+void log_line(LogLevel level, const std::string& line) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  // Errors are printed by every rank: a failing rank must be able to say why (law 6).
+  if (!speaks(s) && level != LogLevel::kError) return;
+  const char* prefix = level == LogLevel::kWarn ? "warning: " : level == LogLevel::kError ? "error: " : "";
+  std::string rank_tag = s.all_ranks || s.rank != 0 ? fmt::format("[rank {}] ", s.rank) : std::string();
+  if (!s.status.empty()) std::fputs("\r\033[K", stdout);
+  std::FILE* out = level == LogLevel::kInfo ? stdout : stderr;
+  if (out == stderr) std::fflush(stdout);
+  std::fprintf(out, "%s%s%s\n", rank_tag.c_str(), prefix, line.c_str());
+  std::fflush(out);
+  if (!s.status.empty()) {
+    std::fputs(s.status.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  if (s.file != nullptr) {
+    std::fprintf(s.file, "%s%s%s\n", rank_tag.c_str(), prefix, line.c_str());
+    std::fflush(s.file);
+  }
+}
+
+void set_status_line(const std::string& line) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!speaks(s)) return;
+  s.status = line;
+  std::fputs("\r\033[K", stdout);
+  std::fputs(line.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+void clear_status_line() {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.status.empty()) return;
+  s.status.clear();
+  std::fputs("\r\033[K", stdout);
+  std::fflush(stdout);
+}
+
+bool stdout_is_terminal() { return ::isatty(STDOUT_FILENO) == 1; }
+
+}  // namespace crucible

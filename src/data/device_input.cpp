@@ -1,0 +1,73 @@
+// DeviceInput: uint8 NHWC batch → normalised float NCHW on the device.
+#include "crucible/data/device_input.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "crucible/core/error.h"
+
+namespace crucible::data {
+
+DeviceInput::DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10::Device device, bool channels_last)
+    : spec_(spec), norm_(std::move(normalize)), device_(device), channels_last_(channels_last) {
+  const size_t c = static_cast<size_t>(spec_.channels);
+  if (norm_.mean.size() != norm_.std.size()) {
+    throw bad_input("data.mean has {} values but data.std has {}", norm_.mean.size(), norm_.std.size());
+  }
+  if (norm_.mean.size() != 1 && norm_.mean.size() != c) {
+    throw bad_input("data.mean/data.std have {} values but the images have {} channel(s) ({})", norm_.mean.size(), c,
+                    spec_.to_string());
+  }
+  if (spec_.range != ValueRange::kByte) {
+    throw bad_input("images must arrive as 0-255 uint8 pixels, found range {}", value_range_name(spec_.range));
+  }
+  // D4: numbers in the wrong units are the classic silent mistake; refuse them.
+  const double max_mean = *std::max_element(norm_.mean.begin(), norm_.mean.end());
+  const double max_std = *std::max_element(norm_.std.begin(), norm_.std.end());
+  if (norm_.range == ValueRange::kUnit && (max_mean > 1.0 || max_std > 1.0)) {
+    throw bad_input("data.mean = [{}], data.std = [{}] look like 0-255 values but data.mean_std_range = \"unit\" "
+                    "(pixels/255); divide them by 255 or set data.mean_std_range = \"byte\"",
+                    fmt::join(norm_.mean, ", "), fmt::join(norm_.std, ", "));
+  }
+  if (norm_.range == ValueRange::kByte && max_mean <= 1.0 && max_std <= 1.0) {
+    throw bad_input("data.mean = [{}], data.std = [{}] look like 0-1 values but data.mean_std_range = \"byte\" "
+                    "(0-255); multiply them by 255 or set data.mean_std_range = \"unit\"",
+                    fmt::join(norm_.mean, ", "), fmt::join(norm_.std, ", "));
+  }
+  const double unit = norm_.range == ValueRange::kUnit ? 1.0 / 255.0 : 1.0;
+  std::vector<float> scale(c), shift(c);
+  for (size_t i = 0; i < c; ++i) {
+    const double m = norm_.mean[norm_.mean.size() == 1 ? 0 : i];
+    const double s = norm_.std[norm_.std.size() == 1 ? 0 : i];
+    scale[i] = static_cast<float>(unit / s);
+    shift[i] = static_cast<float>(-m / s);
+  }
+  const int64_t ci = static_cast<int64_t>(c);
+  scale_ = at::tensor(scale).view({1, ci, 1, 1}).to(device_);
+  shift_ = at::tensor(shift).view({1, ci, 1, 1}).to(device_);
+}
+
+at::Tensor DeviceInput::images(const Batch& batch) const {
+  // The batch outlives this call; from_blob does not copy, the conversion below does.
+  at::Tensor raw = at::from_blob(const_cast<uint8_t*>(batch.pixels.data()),
+                                 {batch.size(), spec_.height, spec_.width, spec_.channels}, at::kByte);
+  at::Tensor x = raw.to(device_).permute({0, 3, 1, 2});  // NHWC memory = channels_last NCHW view
+  x = x.to(at::kFloat).contiguous(channels_last_ ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+  return x.mul_(scale_).add_(shift_);
+}
+
+at::Tensor DeviceInput::labels(const Batch& batch) const {
+  return at::from_blob(const_cast<int64_t*>(batch.labels.data()), {batch.size()}, at::kLong).to(device_, /*non_blocking=*/false, /*copy=*/true);
+}
+
+std::string DeviceInput::describe() const {
+  return fmt::format("uint8 {} → float (x/{} - [{}]) / [{}] ({} units), {}", spec_.to_string(),
+                     norm_.range == ValueRange::kUnit ? "255" : "1", fmt::join(norm_.mean, ", "), fmt::join(norm_.std, ", "),
+                     value_range_name(norm_.range), channels_last_ ? "channels_last" : "contiguous");
+}
+
+}  // namespace crucible::data

@@ -1,0 +1,121 @@
+// Model zoo: fmnist_cnn, the reference CNN of the default job (same layers and parameter
+// names as bench/fmnist_baseline.py, so state_dicts interoperate).
+#include "crucible/nn/model.h"
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/pooling.h>
+
+#include "crucible/core/error.h"
+
+namespace crucible::nn {
+namespace {
+
+namespace tnn = torch::nn;
+
+// conv3x3(no bias)-BN-ReLU ×2, maxpool, ×2 again, then linear-ReLU-dropout-linear.
+struct FmnistCnnImpl : tnn::Module {
+  FmnistCnnImpl(int64_t in_channels, int64_t height, int64_t width, int64_t num_classes, double dropout)
+      : conv1(tnn::Conv2dOptions(in_channels, 32, 3).padding(1).bias(false)),
+        bn1(32),
+        conv2(tnn::Conv2dOptions(32, 32, 3).padding(1).bias(false)),
+        bn2(32),
+        conv3(tnn::Conv2dOptions(32, 64, 3).padding(1).bias(false)),
+        bn3(64),
+        conv4(tnn::Conv2dOptions(64, 64, 3).padding(1).bias(false)),
+        bn4(64),
+        fc1(64 * (height / 4) * (width / 4), 256),
+        drop(dropout),
+        fc2(256, num_classes) {
+    register_module("conv1", conv1);
+    register_module("bn1", bn1);
+    register_module("conv2", conv2);
+    register_module("bn2", bn2);
+    register_module("conv3", conv3);
+    register_module("bn3", bn3);
+    register_module("conv4", conv4);
+    register_module("bn4", bn4);
+    register_module("fc1", fc1);
+    register_module("drop", drop);
+    register_module("fc2", fc2);
+  }
+
+  at::Tensor forward(const at::Tensor& input) {
+    namespace F = torch::nn::functional;
+    at::Tensor x = F::relu(bn1(conv1(input)), F::ReLUFuncOptions().inplace(true));
+    x = F::relu(bn2(conv2(x)), F::ReLUFuncOptions().inplace(true));
+    x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2));
+    x = F::relu(bn3(conv3(x)), F::ReLUFuncOptions().inplace(true));
+    x = F::relu(bn4(conv4(x)), F::ReLUFuncOptions().inplace(true));
+    x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2));
+    x = x.flatten(1);
+    x = F::relu(fc1(x), F::ReLUFuncOptions().inplace(true));
+    return fc2(drop(x));
+  }
+
+  tnn::Conv2d conv1;
+  tnn::BatchNorm2d bn1;
+  tnn::Conv2d conv2;
+  tnn::BatchNorm2d bn2;
+  tnn::Conv2d conv3;
+  tnn::BatchNorm2d bn3;
+  tnn::Conv2d conv4;
+  tnn::BatchNorm2d bn4;
+  tnn::Linear fc1;
+  tnn::Dropout drop;
+  tnn::Linear fc2;
+};
+
+class FmnistCnn final : public Model {
+ public:
+  FmnistCnn(int64_t in_channels, int64_t height, int64_t width, int64_t num_classes, double dropout)
+      : impl_(std::make_shared<FmnistCnnImpl>(in_channels, height, width, num_classes, dropout)),
+        spec_{in_channels, height, width},
+        num_classes_(num_classes),
+        dropout_(dropout) {}
+
+  at::Tensor forward(const at::Tensor& x) override { return impl_->forward(x); }
+  torch::nn::Module& module() override { return *impl_; }
+  InputSpec input_spec() const override { return spec_; }
+  std::string describe() const override {
+    return fmt::format("fmnist_cnn (4× conv3x3-BN-ReLU, 2 max-pools, fc {}→256→{}, dropout {})",
+                       64 * (spec_.height / 4) * (spec_.width / 4), num_classes_, dropout_);
+  }
+
+ private:
+  std::shared_ptr<FmnistCnnImpl> impl_;
+  InputSpec spec_;
+  int64_t num_classes_;
+  double dropout_;
+};
+
+const char* const kModelNames[] = {"fmnist_cnn", nullptr};
+
+}  // namespace
+
+const char* const* model_names() { return kModelNames; }
+
+std::unique_ptr<Model> make_model(const ModelOptions& options, int64_t in_channels, int64_t height, int64_t width,
+                                  int64_t num_classes) {
+  if (options.name == "fmnist_cnn") {
+    if (height < 4 || width < 4 || height % 4 != 0 || width % 4 != 0) {
+      throw bad_input("model fmnist_cnn needs height and width divisible by 4 (two 2×2 max-pools), the data gives "
+                      "{}x{}",
+                      height, width);
+    }
+    return std::make_unique<FmnistCnn>(in_channels, height, width, num_classes, options.dropout);
+  }
+  throw bad_input("model.name: unknown model \"{}\" (known: fmnist_cnn)", options.name);
+}
+
+int64_t parameter_count(Model& model) {
+  int64_t n = 0;
+  for (const auto& p : model.module().parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace crucible::nn

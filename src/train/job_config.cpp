@@ -1,0 +1,73 @@
+// bind_job_config: the reference of every config key (defaults, allowed values, help).
+#include "crucible/train/job_config.h"
+
+#include "crucible/core/config.h"
+
+namespace crucible::train {
+
+void bind_job_config(JobConfig& j, ConfigSchema& s) {
+  s.add("run", "name", &j.run.name, "run folder name: results go to <dir>/<name>/");
+  s.add("run", "dir", &j.run.dir, "folder holding the run folders");
+  s.add("run", "seed", &j.run.seed, "the one seed every random stream derives from (T15)").non_negative();
+
+  s.add("data", "dataset", &j.data.dataset, "data set kind").choices({"idx"});
+  s.add("data", "train_images", &j.data.train_images, "training images (IDX, gzip or plain)");
+  s.add("data", "train_labels", &j.data.train_labels, "training labels (IDX)");
+  s.add("data", "test_images", &j.data.test_images, "test images (IDX), evaluated after every epoch");
+  s.add("data", "test_labels", &j.data.test_labels, "test labels (IDX)");
+  s.add("data", "train_samples", &j.data.train_samples, "use the first N training samples (0 = all)").non_negative();
+  s.add("data", "test_samples", &j.data.test_samples, "use the first N test samples (0 = all)").non_negative();
+  s.add("data", "hflip", &j.data.hflip, "probability of a random horizontal flip").min(0).max(1);
+  s.add("data", "mean", &j.data.mean, "per-channel mean for normalisation, in mean_std_range units");
+  s.add("data", "std", &j.data.std, "per-channel std for normalisation, in mean_std_range units").positive();
+  s.add("data", "mean_std_range", &j.data.mean_std_range,
+        "units of mean/std: \"unit\" = pixels/255 (torchvision), \"byte\" = 0-255 (D4)")
+      .choices({"unit", "byte"});
+  s.add("data", "threads", &j.data.threads, "loader threads (0 = one per two cores)").non_negative();
+  s.add("data", "prefetch", &j.data.prefetch, "batches prepared ahead of training (bounds memory)").min(1);
+
+  s.add("model", "name", &j.model.name, "model architecture").choices({"fmnist_cnn"});
+  s.add("model", "dropout", &j.model.dropout, "dropout probability before the last layer").min(0).max(1, true);
+
+  s.add("optim", "name", &j.optim.name, "optimizer").choices({"adamw", "sgd"});
+  s.add("optim", "lr", &j.optim.lr, "peak learning rate").positive();
+  s.add("optim", "weight_decay", &j.optim.weight_decay, "weight decay (decoupled for adamw)").non_negative();
+  s.add("optim", "beta1", &j.optim.beta1, "adamw beta1 (cycled by onecycle when cycle_momentum)").min(0).max(1, true);
+  s.add("optim", "beta2", &j.optim.beta2, "adamw beta2").min(0).max(1, true);
+  s.add("optim", "eps", &j.optim.eps, "adamw epsilon").positive();
+  s.add("optim", "momentum", &j.optim.momentum, "sgd momentum").min(0).max(1, true);
+  s.add("optim", "nesterov", &j.optim.nesterov, "sgd Nesterov momentum");
+
+  s.add("schedule", "name", &j.schedule.name, "learning-rate schedule").choices({"onecycle", "warmup_cosine", "constant"});
+  s.add("schedule", "warmup", &j.schedule.warmup, "fraction of all steps spent rising to the peak lr").min(0).max(1, true);
+  s.add("schedule", "div_factor", &j.schedule.div_factor, "first lr = lr / div_factor").min(1);
+  s.add("schedule", "final_div_factor", &j.schedule.final_div_factor, "last lr = first lr / final_div_factor").min(1);
+  s.add("schedule", "cycle_momentum", &j.schedule.cycle_momentum, "onecycle: cycle momentum/beta1 inversely to lr");
+  s.add("schedule", "base_momentum", &j.schedule.base_momentum, "onecycle: momentum at the peak lr").min(0).max(1, true);
+  s.add("schedule", "max_momentum", &j.schedule.max_momentum, "onecycle: momentum at the ends").min(0).max(1, true);
+
+  s.add("train", "epochs", &j.train.epochs, "passes over the training set").min(1);
+  s.add("train", "batch_size", &j.train.batch_size, "samples per optimizer step").min(1);
+  s.add("train", "eval_batch_size", &j.train.eval_batch_size, "samples per evaluation batch").min(1);
+  s.add("train", "precision", &j.train.precision, "compute precision (bf16/fp16 = autocast mixed precision)")
+      .choices({"fp32", "bf16", "fp16"});
+  s.add("train", "channels_last", &j.train.channels_last, "NHWC memory format for activations and weights");
+  s.add("train", "label_smoothing", &j.train.label_smoothing, "cross-entropy label smoothing").min(0).max(1, true);
+  s.add("train", "threads", &j.train.threads, "torch compute threads (0 = all cores available)").non_negative();
+  s.add("train", "max_steps", &j.train.max_steps, "stop after this many steps (0 = all epochs)").non_negative();
+
+  s.add("checkpoint", "every_steps", &j.checkpoint.every_steps, "checkpoint every N steps (and at every epoch end)")
+      .min(1);
+  s.add("checkpoint", "keep", &j.checkpoint.keep, "checkpoints kept (newest)").min(1);
+
+  s.add("log", "every_steps", &j.log.every_steps, "read metrics and log every N steps").min(1);
+  s.add("log", "progress", &j.log.progress, "progress display (auto = bar on a terminal, lines otherwise)")
+      .choices({"auto", "bar", "lines", "none"});
+}
+
+bool key_is_cosmetic(const std::string& k) {
+  return k.rfind("log.", 0) == 0 || k == "checkpoint.every_steps" || k == "checkpoint.keep" || k == "data.threads" ||
+         k == "data.prefetch" || k == "train.eval_batch_size" || k == "train.max_steps";
+}
+
+}  // namespace crucible::train

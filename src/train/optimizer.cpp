@@ -1,0 +1,189 @@
+// AdamW and SGD(Nesterov), following torch/optim/adamw.py and sgd.py (_single_tensor_*).
+#include "crucible/train/optimizer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "crucible/core/error.h"
+
+namespace crucible::train {
+namespace {
+
+const at::Tensor* find_state(const std::vector<NamedTensor>& state, const std::string& name) {
+  for (const auto& s : state) {
+    if (s.name == name) return &s.tensor;
+  }
+  return nullptr;
+}
+
+void copy_state(const std::vector<NamedTensor>& state, const std::string& name, at::Tensor& dst) {
+  const at::Tensor* src = find_state(state, name);
+  if (src == nullptr) throw bad_input("optimizer state: missing tensor '{}'", name);
+  if (src->sizes() != dst.sizes()) {
+    throw bad_input("optimizer state: '{}' has shape [{}], the parameter needs [{}]", name, fmt::join(src->sizes(), ", "),
+                    fmt::join(dst.sizes(), ", "));
+  }
+  at::NoGradGuard no_grad;
+  dst.copy_(*src);
+}
+
+class AdamW final : public Optimizer {
+ public:
+  AdamW(const OptimOptions& o, std::vector<ParamGroup> groups) : beta2_(o.beta2), eps_(o.eps) {
+    groups_ = std::move(groups);
+    for (const auto& g : groups_) {
+      for (const auto& p : g.params) {
+        // T3: moments in fp32 whatever the parameter's type.
+        auto opts = p.tensor.options().dtype(at::kFloat);
+        exp_avg_.push_back(at::zeros(p.tensor.sizes(), opts).contiguous(p.tensor.suggest_memory_format()));
+        exp_avg_sq_.push_back(at::zeros(p.tensor.sizes(), opts).contiguous(p.tensor.suggest_memory_format()));
+      }
+    }
+  }
+
+  void step(double lr, double beta1) override {
+    at::NoGradGuard no_grad;
+    ++step_;
+    const double bias1 = 1.0 - std::pow(beta1, static_cast<double>(step_));
+    const double bias2_sqrt = std::sqrt(1.0 - std::pow(beta2_, static_cast<double>(step_)));
+    const double step_size = lr / bias1;
+    size_t k = 0;
+    for (auto& g : groups_) {
+      for (auto& p : g.params) {
+        at::Tensor& m = exp_avg_[k];
+        at::Tensor& v = exp_avg_sq_[k];
+        ++k;
+        const at::Tensor& grad = p.tensor.grad();
+        if (!grad.defined()) continue;
+        at::Tensor param = p.tensor;
+        param.mul_(1.0 - lr * g.weight_decay);
+        m.mul_(beta1).add_(grad, 1.0 - beta1);
+        v.mul_(beta2_).addcmul_(grad, grad, 1.0 - beta2_);
+        at::Tensor denom = (v.sqrt() / bias2_sqrt).add_(eps_);
+        param.addcdiv_(m, denom, -step_size);
+      }
+    }
+  }
+
+  std::vector<NamedTensor> state() const override {
+    std::vector<NamedTensor> out;
+    out.push_back({"step", at::scalar_tensor(step_, at::kLong)});
+    size_t k = 0;
+    for (const auto& g : groups_) {
+      for (const auto& p : g.params) {
+        out.push_back({p.name + ".exp_avg", exp_avg_[k]});
+        out.push_back({p.name + ".exp_avg_sq", exp_avg_sq_[k]});
+        ++k;
+      }
+    }
+    return out;
+  }
+
+  void load_state(const std::vector<NamedTensor>& state) override {
+    const at::Tensor* s = find_state(state, "step");
+    if (s == nullptr) throw bad_input("optimizer state: missing 'step'");
+    step_ = s->item<int64_t>();
+    size_t k = 0;
+    for (const auto& g : groups_) {
+      for (const auto& p : g.params) {
+        copy_state(state, p.name + ".exp_avg", exp_avg_[k]);
+        copy_state(state, p.name + ".exp_avg_sq", exp_avg_sq_[k]);
+        ++k;
+      }
+    }
+  }
+
+  std::string describe() const override {
+    return fmt::format("AdamW(beta2 {}, eps {}, weight decay {})", beta2_, eps_,
+                       groups_.empty() ? 0.0 : groups_[0].weight_decay);
+  }
+
+ private:
+  double beta2_, eps_;
+  int64_t step_ = 0;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+};
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(const OptimOptions& o, std::vector<ParamGroup> groups) : nesterov_(o.nesterov) {
+    groups_ = std::move(groups);
+    for (const auto& g : groups_) buffers_.resize(buffers_.size() + g.params.size());
+  }
+
+  void step(double lr, double momentum) override {
+    at::NoGradGuard no_grad;
+    size_t k = 0;
+    for (auto& g : groups_) {
+      for (auto& p : g.params) {
+        at::Tensor& buf = buffers_[k++];
+        const at::Tensor& grad = p.tensor.grad();
+        if (!grad.defined()) continue;
+        at::Tensor d = g.weight_decay != 0.0 ? grad.add(p.tensor, g.weight_decay) : grad;
+        if (momentum != 0.0) {
+          if (!buf.defined()) {
+            buf = d.clone().to(at::kFloat);
+          } else {
+            buf.mul_(momentum).add_(d);
+          }
+          d = nesterov_ ? d.add(buf, momentum) : buf;
+        }
+        p.tensor.add_(d, -lr);
+      }
+    }
+  }
+
+  std::vector<NamedTensor> state() const override {
+    std::vector<NamedTensor> out;
+    size_t k = 0;
+    for (const auto& g : groups_) {
+      for (const auto& p : g.params) {
+        if (buffers_[k].defined()) out.push_back({p.name + ".momentum_buffer", buffers_[k]});
+        ++k;
+      }
+    }
+    return out;
+  }
+
+  void load_state(const std::vector<NamedTensor>& state) override {
+    size_t k = 0;
+    for (const auto& g : groups_) {
+      for (const auto& p : g.params) {
+        const at::Tensor* s = find_state(state, p.name + ".momentum_buffer");
+        buffers_[k] = s != nullptr ? s->clone() : at::Tensor();
+        ++k;
+      }
+    }
+  }
+
+  std::string describe() const override {
+    return fmt::format("SGD({}momentum, weight decay {})", nesterov_ ? "Nesterov " : "",
+                       groups_.empty() ? 0.0 : groups_[0].weight_decay);
+  }
+
+ private:
+  bool nesterov_;
+  std::vector<at::Tensor> buffers_;
+};
+
+}  // namespace
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_) {
+    for (auto& p : g.params) {
+      if (p.tensor.grad().defined()) p.tensor.mutable_grad().reset();
+    }
+  }
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimOptions& options, std::vector<ParamGroup> groups) {
+  if (options.name == "adamw") return std::make_unique<AdamW>(options, std::move(groups));
+  if (options.name == "sgd") return std::make_unique<Sgd>(options, std::move(groups));
+  throw bad_input("optim.name: unknown optimizer \"{}\" (known: adamw, sgd)", options.name);
+}
+
+}  // namespace crucible::train

@@ -1,0 +1,536 @@
+// Trainer: the training loop and the run folder (see trainer.h).
+#include "crucible/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "crucible/core/compat.h"
+#include "crucible/core/config.h"
+#include "crucible/core/error.h"
+#include "crucible/core/file.h"
+#include "crucible/core/log.h"
+#include "crucible/core/memory.h"
+#include "crucible/core/rng.h"
+#include "crucible/core/sha256.h"
+#include "crucible/core/thread_pool.h"
+#include "crucible/data/device_input.h"
+#include "crucible/data/loader.h"
+#include "crucible/data/sampler.h"
+#include "crucible/data/source.h"
+#include "crucible/io/tensor.h"
+#include "crucible/nn/mode_guard.h"
+#include "crucible/nn/model.h"
+#include "crucible/obs/jsonl.h"
+#include "crucible/obs/progress.h"
+#include "crucible/train/checkpoint.h"
+#include "crucible/train/optimizer.h"
+#include "crucible/train/schedule.h"
+
+#ifndef CRUCIBLE_VERSION
+#define CRUCIBLE_VERSION "0.0.0"
+#endif
+
+namespace crucible::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+std::atomic<bool> g_stop{false};
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Position and totals of a run: everything a checkpoint needs besides tensors.
+struct RunState {
+  int64_t step = 0;            // optimizer steps done
+  int64_t epoch = 0;           // current epoch (0-based)
+  int64_t batch_in_epoch = 0;  // batches of `epoch` already trained on
+  int64_t samples = 0;         // training samples consumed
+  double step_seconds = 0;     // time in training steps (all sessions)
+  double train_seconds = 0;    // steps + evaluation (all sessions)
+  double data_wait_seconds = 0;
+  int64_t interval_samples = 0;  // samples in the current log interval
+  double last_test_acc = -1, last_test_loss = 0;
+  int64_t last_eval_step = -1;
+};
+
+c10::ScalarType autocast_dtype(const std::string& precision) {
+  return precision == "fp16" ? c10::ScalarType::Half : c10::ScalarType::BFloat16;
+}
+
+}  // namespace
+
+void request_stop() { g_stop.store(true); }
+
+std::string params_sha256(torch::nn::Module& module) {
+  Sha256 h;
+  auto add = [&h](const std::string& name, const at::Tensor& t) {
+    at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    h.update(fmt::format("{}:{}:{}:{}\n", name.size(), name, c10::toString(c.scalar_type()), fmt::join(c.sizes(), ",")));
+    h.update(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
+  };
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) add(p.key(), p.value());
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) add(b.key(), b.value());
+  return h.hex_digest();
+}
+
+struct Trainer::Impl {
+  JobConfig job;
+  TrainFlags flags;
+  Clock::time_point wall_start = Clock::now();
+
+  std::string run_dir;
+  std::shared_ptr<data::Source> train_source, test_source;
+  std::unique_ptr<data::Loader> train_loader, test_loader;
+  std::unique_ptr<data::DeviceInput> input;
+  std::unique_ptr<nn::Model> model;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<Schedule> schedule;
+  std::unique_ptr<CheckpointManager> checkpoints;
+  c10::Device device{c10::kCPU};
+  bool autocast = false;
+  c10::ScalarType amp_dtype = c10::ScalarType::BFloat16;
+  int64_t steps_per_epoch = 0, total_steps = 0;
+  RunState st;
+  std::optional<int64_t> resumed_from;
+  // Metrics of the current log interval, on the device (law 2).
+  at::Tensor loss_sum, correct;
+
+  Impl(JobConfig j, TrainFlags f) : job(std::move(j)), flags(f) {}
+
+  std::string resolved_toml() {
+    ConfigSchema schema;
+    bind_job_config(job, schema);
+    return schema.to_toml();
+  }
+
+  void prepare_run_dir();
+  void build();
+  void restore(const CheckpointData& ckpt, const std::string& path);
+  CheckpointData snapshot();
+  void save_checkpoint();
+  void evaluate(obs::JsonlWriter& metrics);
+  void read_interval(obs::JsonlWriter& metrics, obs::Progress& progress, Clock::time_point interval_start,
+                     double lr, double momentum);
+  TrainSummary summarize(bool already_complete);
+  TrainSummary run();
+};
+
+void Trainer::Impl::prepare_run_dir() {
+  run_dir = (fs::path(job.run.dir) / job.run.name).string();
+  const std::string ckpt_dir = (fs::path(run_dir) / "checkpoints").string();
+  const bool existed = fs::exists(run_dir);
+  if (flags.resume && !existed) {
+    throw bad_input("--resume: run folder {} does not exist (nothing to resume; drop --resume to start)", run_dir);
+  }
+  if (flags.restart && existed) {
+    log_info("--restart: discarding the previous run in {}", run_dir);
+    for (const char* f : {"metrics.jsonl", "summary.json", "train.log", "config.toml"}) fs::remove(fs::path(run_dir) / f);
+    fs::remove_all(ckpt_dir);
+  }
+  std::error_code ec;
+  fs::create_directories(ckpt_dir, ec);
+  if (ec) throw runtime_error("cannot create run folder {}: {}", ckpt_dir, ec.message());
+  checkpoints = std::make_unique<CheckpointManager>(ckpt_dir, job.checkpoint.keep);
+
+  // A rerun into an existing run continues it, but only with the same job (cosmetic keys such
+  // as logging may change).
+  const std::string config_path = (fs::path(run_dir) / "config.toml").string();
+  const std::string toml = resolved_toml();
+  if (fs::exists(config_path) && !checkpoints->list().empty()) {
+    JobConfig stored_job;
+    ConfigSchema stored;
+    bind_job_config(stored_job, stored);
+    stored.load_file(config_path);
+    ConfigSchema now;
+    bind_job_config(job, now);
+    auto a = stored.values(), b = now.values();
+    std::string diffs;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].second != b[i].second && !key_is_cosmetic(a[i].first)) {
+        diffs += fmt::format("\n  {}: run has {}, now {}", a[i].first, a[i].second, b[i].second);
+      }
+    }
+    if (!diffs.empty()) {
+      throw bad_input("run folder {} holds a run with a different configuration:{}\nresume it with its own config, "
+                      "choose another run.name, or pass --restart to discard it",
+                      run_dir, diffs);
+    }
+  }
+  write_file_atomic(config_path, toml);
+  set_log_file((fs::path(run_dir) / "train.log").string());
+}
+
+void Trainer::Impl::build() {
+  const uint64_t seed = static_cast<uint64_t>(job.run.seed);
+  const int threads = job.train.threads > 0 ? static_cast<int>(job.train.threads) : available_cores();
+  compat::set_num_threads(threads);
+  const bool tuned = tune_host_allocator();
+  log_info("crucible {} on libtorch {}: {} compute thread(s), device {}{}", CRUCIBLE_VERSION, compat::torch_version(),
+           compat::num_threads(), device.str(), tuned ? ", host allocator tuned" : "");
+  log_info("seed {} → streams: init {}, sampler {}, augment {}, dropout {} (T15)", seed,
+           derive_seed(seed, RngStream::kInit), derive_seed(seed, RngStream::kSampler),
+           derive_seed(seed, RngStream::kAugment), derive_seed(seed, RngStream::kDropout));
+
+  // Data.
+  const auto t0 = Clock::now();
+  train_source = data::load_idx_source(job.data.train_images, job.data.train_labels, job.data.train_samples);
+  test_source = data::load_idx_source(job.data.test_images, job.data.test_labels, job.data.test_samples);
+  const data::ImageSpec spec = train_source->spec();
+  const data::ImageSpec test_spec = test_source->spec();
+  if (spec.height != test_spec.height || spec.width != test_spec.width || spec.channels != test_spec.channels) {
+    throw bad_input("training images are {} but test images are {}", spec.to_string(), test_spec.to_string());
+  }
+  log_info("data: {} training and {} test samples of {} ({} classes), loaded in {:.1f} s", train_source->size(),
+           test_source->size(), spec.to_string(), train_source->num_classes(), seconds_since(t0));
+
+  const int loader_threads = job.data.threads > 0 ? static_cast<int>(job.data.threads) : std::max(1, threads / 2);
+  data::LoaderOptions lo;
+  lo.batch_size = job.train.batch_size;
+  lo.threads = loader_threads;
+  lo.prefetch = static_cast<int>(job.data.prefetch);
+  lo.hflip = static_cast<float>(job.data.hflip);
+  lo.augment_seed = derive_seed(seed, RngStream::kAugment);
+  train_loader = std::make_unique<data::Loader>(
+      train_source, data::Sampler(train_source->size(), /*shuffle=*/true, derive_seed(seed, RngStream::kSampler)), lo);
+  data::LoaderOptions eo = lo;
+  eo.batch_size = job.train.eval_batch_size;
+  eo.hflip = 0;
+  test_loader = std::make_unique<data::Loader>(test_source, data::Sampler(test_source->size(), false, 0), eo);
+  steps_per_epoch = train_loader->batches_per_epoch();
+  total_steps = steps_per_epoch * job.train.epochs;
+
+  data::NormalizeOptions norm{job.data.mean, job.data.std,
+                              data::parse_value_range(job.data.mean_std_range, "data.mean_std_range")};
+  input = std::make_unique<data::DeviceInput>(spec, norm, device, job.train.channels_last);
+  log_info("input: {}; random horizontal flip p={}; loader: {} thread(s), prefetch {}", input->describe(),
+           job.data.hflip, loader_threads, job.data.prefetch);
+
+  // Model: weights from the init stream, then torch's generator moves to the dropout stream.
+  compat::seed_cpu_generator(derive_seed(seed, RngStream::kInit));
+  const int64_t classes = std::max(train_source->num_classes(), test_source->num_classes());
+  model = nn::make_model(job.model, spec.channels, spec.height, spec.width, classes);
+  const nn::InputSpec want = model->input_spec();
+  if (want.channels != spec.channels) {
+    throw bad_input("model {} takes {} channel(s) but the data has {}", job.model.name, want.channels, spec.channels);
+  }
+  model->module().to(device);
+  if (job.train.channels_last) {
+    for (auto& p : model->module().parameters()) {
+      if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+    }
+  }
+  model->module().train();
+  compat::seed_cpu_generator(derive_seed(seed, RngStream::kDropout));
+  log_info("model: {}, {} parameters", model->describe(), nn::parameter_count(*model));
+
+  // Precision.
+  if (job.train.precision != "fp32") {
+    amp_dtype = autocast_dtype(job.train.precision);
+    if (!compat::autocast_supported(device.type(), amp_dtype)) {
+      throw bad_input("train.precision = \"{}\": libtorch {} has no {} autocast on {}; use \"bf16\" or \"fp32\"",
+                      job.train.precision, compat::torch_version(), job.train.precision, device.str());
+    }
+    autocast = true;
+  }
+  log_info("precision: {}{}, memory format {}", job.train.precision, autocast ? " (autocast mixed precision)" : "",
+           job.train.channels_last ? "channels_last" : "contiguous");
+
+  // Optimizer and schedule.
+  ParamGroup group;
+  group.weight_decay = job.optim.weight_decay;
+  for (const auto& p : model->module().named_parameters(true)) group.params.push_back({p.key(), p.value()});
+  optimizer = make_optimizer(job.optim, {group});
+  const double momentum = job.optim.name == "adamw" ? job.optim.beta1 : job.optim.momentum;
+  schedule = std::make_unique<Schedule>(job.schedule, job.optim.lr, momentum, total_steps);
+  log_info("optimizer: {}; schedule: {}", optimizer->describe(), schedule->describe());
+  log_info("training: {} epochs × {} steps of batch {} = {} steps; checkpoint every {} steps, keep {}",
+           job.train.epochs, steps_per_epoch, job.train.batch_size, total_steps, job.checkpoint.every_steps,
+           job.checkpoint.keep);
+
+  loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+  correct = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device));
+}
+
+CheckpointData Trainer::Impl::snapshot() {
+  CheckpointData d;
+  for (const auto& p : model->module().named_parameters(true)) d.tensors.push_back({"model." + p.key(), p.value()});
+  for (const auto& b : model->module().named_buffers(true)) d.tensors.push_back({"model." + b.key(), b.value()});
+  for (auto& s : optimizer->state()) d.tensors.push_back({"optim." + s.name, s.tensor});
+  d.tensors.push_back({"rng.torch_cpu", compat::cpu_generator_state()});
+  d.tensors.push_back({"metrics.loss_sum", loss_sum});
+  d.tensors.push_back({"metrics.correct", correct});
+  auto& m = d.meta;
+  m["step"] = std::to_string(st.step);
+  m["epoch"] = std::to_string(st.epoch);
+  m["batch_in_epoch"] = std::to_string(st.batch_in_epoch);
+  m["samples"] = std::to_string(st.samples);
+  m["interval_samples"] = std::to_string(st.interval_samples);
+  m["step_seconds"] = fmt::format("{:.17g}", st.step_seconds);
+  m["train_seconds"] = fmt::format("{:.17g}", st.train_seconds);
+  m["data_wait_seconds"] = fmt::format("{:.17g}", st.data_wait_seconds);
+  m["last_test_acc"] = fmt::format("{:.17g}", st.last_test_acc);
+  m["last_test_loss"] = fmt::format("{:.17g}", st.last_test_loss);
+  m["last_eval_step"] = std::to_string(st.last_eval_step);
+  m["total_steps"] = std::to_string(total_steps);
+  m["config"] = resolved_toml();
+  m["crucible_version"] = CRUCIBLE_VERSION;
+  m["torch_version"] = compat::torch_version();
+  return d;
+}
+
+void Trainer::Impl::restore(const CheckpointData& ckpt, const std::string& path) {
+  at::NoGradGuard no_grad;
+  auto load = [&](const std::string& name, const at::Tensor& dst) {
+    const at::Tensor* src = ckpt.find(name);
+    if (src == nullptr) throw bad_input("{}: checkpoint lacks tensor '{}'", path, name);
+    if (src->sizes() != dst.sizes()) {
+      throw bad_input("{}: tensor '{}' has shape [{}], the model needs [{}]", path, name, fmt::join(src->sizes(), ", "),
+                      fmt::join(dst.sizes(), ", "));
+    }
+    at::Tensor d = dst;
+    d.copy_(*src);
+  };
+  for (const auto& p : model->module().named_parameters(true)) load("model." + p.key(), p.value());
+  for (const auto& b : model->module().named_buffers(true)) load("model." + b.key(), b.value());
+  std::vector<NamedTensor> optim_state;
+  const std::string prefix = "optim.";
+  for (const auto& t : ckpt.tensors) {
+    if (t.name.rfind(prefix, 0) == 0) optim_state.push_back({t.name.substr(prefix.size()), t.tensor});
+  }
+  optimizer->load_state(optim_state);
+  const at::Tensor* rng = ckpt.find("rng.torch_cpu");
+  if (rng == nullptr) throw bad_input("{}: checkpoint lacks tensor 'rng.torch_cpu'", path);
+  compat::set_cpu_generator_state(*rng);
+  load("metrics.loss_sum", loss_sum);
+  load("metrics.correct", correct);
+  st.step = ckpt.meta_int("step", path);
+  st.epoch = ckpt.meta_int("epoch", path);
+  st.batch_in_epoch = ckpt.meta_int("batch_in_epoch", path);
+  st.samples = ckpt.meta_int("samples", path);
+  st.interval_samples = ckpt.meta_int("interval_samples", path);
+  st.step_seconds = ckpt.meta_double("step_seconds", path);
+  st.train_seconds = ckpt.meta_double("train_seconds", path);
+  st.data_wait_seconds = ckpt.meta_double("data_wait_seconds", path);
+  st.last_test_acc = ckpt.meta_double("last_test_acc", path);
+  st.last_test_loss = ckpt.meta_double("last_test_loss", path);
+  st.last_eval_step = ckpt.meta_int("last_eval_step", path);
+  if (ckpt.meta_int("total_steps", path) != total_steps) {
+    throw bad_input("{}: checkpoint was written for {} total steps, this job has {}", path,
+                    ckpt.meta_int("total_steps", path), total_steps);
+  }
+}
+
+void Trainer::Impl::save_checkpoint() {
+  const auto t0 = Clock::now();
+  const std::string path = checkpoints->save(st.step, snapshot());
+  log_line(LogLevel::kInfo, fmt::format("checkpoint step {} → {} ({:.2f} s)", st.step, path, seconds_since(t0)));
+}
+
+void Trainer::Impl::evaluate(obs::JsonlWriter& metrics) {
+  const auto t0 = Clock::now();
+  at::Tensor eval_loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+  at::Tensor eval_correct = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device));
+  int64_t n = 0;
+  {
+    nn::EvalGuard guard(model->module());  // M1: eval mode + no grad, restored after
+    compat::AutocastGuard amp(device.type(), amp_dtype, autocast);
+    test_loader->start_epoch(0);
+    while (auto batch = test_loader->next()) {
+      at::Tensor x = input->images(*batch);
+      at::Tensor y = input->labels(*batch);
+      at::Tensor logits = model->forward(x);
+      at::Tensor loss = at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum);
+      eval_loss.add_(loss.to(at::kDouble));
+      eval_correct.add_(logits.argmax(1).eq(y).sum());
+      n += batch->size();
+    }
+  }
+  st.last_test_loss = eval_loss.item<double>() / static_cast<double>(n);
+  st.last_test_acc = static_cast<double>(eval_correct.item<int64_t>()) / static_cast<double>(n);
+  st.last_eval_step = st.step;
+  const double secs = seconds_since(t0);
+  st.train_seconds += secs;
+  metrics.write({{"type", "eval"},
+                 {"step", st.step},
+                 {"epoch", st.epoch + (st.batch_in_epoch == steps_per_epoch ? 1 : 0)},
+                 {"test_loss", st.last_test_loss},
+                 {"test_acc", st.last_test_acc},
+                 {"samples", n},
+                 {"seconds", secs},
+                 {"train_seconds", st.train_seconds}});
+  log_info("eval after step {}: test accuracy {:.2f}%, loss {:.4f} ({} samples, {:.1f} s)", st.step,
+           100 * st.last_test_acc, st.last_test_loss, n, secs);
+}
+
+void Trainer::Impl::read_interval(obs::JsonlWriter& metrics, obs::Progress& progress, Clock::time_point interval_start,
+                                  double lr, double momentum) {
+  // The one host read of the interval (law 2).
+  const double loss = loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(1, st.interval_samples));
+  const double acc = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(std::max<int64_t>(1, st.interval_samples));
+  if (!std::isfinite(loss)) {
+    throw diverged("training diverged: mean loss over steps {}–{} is {} (lr {:.4g}); the last good checkpoint in {} "
+                   "is intact",
+                   st.step - job.log.every_steps + 1, st.step, loss, lr, checkpoints->dir());
+  }
+  const double secs = seconds_since(interval_start);
+  obs::TrainReading r{st.step, loss, acc, lr, secs > 0 ? static_cast<double>(st.interval_samples) / secs : 0};
+  metrics.write({{"type", "train"},
+                 {"step", st.step},
+                 {"epoch", st.epoch},
+                 {"loss", loss},
+                 {"acc", acc},
+                 {"lr", lr},
+                 {"momentum", momentum},
+                 {"samples_per_s", r.samples_per_s},
+                 {"samples", st.samples}});
+  progress.reading(r, st.epoch);
+  loss_sum.zero_();
+  correct.zero_();
+  st.interval_samples = 0;
+}
+
+TrainSummary Trainer::Impl::summarize(bool already_complete) {
+  TrainSummary s;
+  s.run_dir = run_dir;
+  s.test_acc = st.last_test_acc;
+  s.test_loss = st.last_test_loss;
+  s.train_seconds = st.train_seconds;
+  s.wall_seconds = seconds_since(wall_start);
+  s.samples_per_s = st.step_seconds > 0 ? static_cast<double>(st.samples) / st.step_seconds : 0;
+  s.steps = st.step;
+  s.params_sha256 = params_sha256(model->module());
+  s.already_complete = already_complete;
+  json j = {{"test_acc", s.test_acc},
+            {"test_loss", s.test_loss},
+            {"train_seconds", s.train_seconds},
+            {"step_seconds", st.step_seconds},
+            {"eval_seconds", st.train_seconds - st.step_seconds},
+            {"data_wait_seconds", st.data_wait_seconds},
+            {"wall_seconds", s.wall_seconds},
+            {"samples_per_s", s.samples_per_s},
+            {"samples", st.samples},
+            {"steps", st.step},
+            {"epochs", job.train.epochs},
+            {"precision", job.train.precision},
+            {"memory_format", job.train.channels_last ? "channels_last" : "contiguous"},
+            {"threads", compat::num_threads()},
+            {"seed", job.run.seed},
+            {"params_sha256", s.params_sha256},
+            {"resumed_from_step", resumed_from ? json(*resumed_from) : json(nullptr)},
+            {"torch_version", compat::torch_version()},
+            {"crucible_version", CRUCIBLE_VERSION}};
+  write_file_atomic((fs::path(run_dir) / "summary.json").string(), j.dump(2) + "\n");
+  return s;
+}
+
+TrainSummary Trainer::Impl::run() {
+  prepare_run_dir();
+  build();
+  const std::string metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
+  std::string ckpt_path;
+  if (auto ckpt = checkpoints->load_latest(&ckpt_path)) {
+    restore(*ckpt, ckpt_path);
+    resumed_from = st.step;
+    log_info("resumed from {}: step {} (epoch {}, batch {} of {})", ckpt_path, st.step, st.epoch + 1,
+             st.batch_in_epoch, steps_per_epoch);
+    // Records past the checkpoint will be written again by this session.
+    obs::filter_jsonl(metrics_path, [&](const json& r) { return r.value("step", int64_t{0}) <= st.step; });
+  } else {
+    if (flags.resume) throw bad_input("--resume: {} holds no checkpoint that verifies", checkpoints->dir());
+    std::error_code ec;
+    fs::remove(metrics_path, ec);
+  }
+  const int64_t stop_step = job.train.max_steps > 0 ? std::min(job.train.max_steps, total_steps) : total_steps;
+  if (st.step >= stop_step && st.last_eval_step == st.step) {
+    log_info("run {} is already complete at step {} (test accuracy {:.2f}%); pass --restart to train it again",
+             run_dir, st.step, 100 * st.last_test_acc);
+    return summarize(/*already_complete=*/true);
+  }
+
+  obs::JsonlWriter metrics(metrics_path);
+  obs::Progress progress(obs::parse_progress_mode(job.log.progress, stdout_is_terminal()), job.train.epochs,
+                         steps_per_epoch, total_steps);
+  g_stop.store(false);
+  auto interval_start = Clock::now();
+  Schedule::Point sp = schedule->at(st.step);
+
+  while (st.step < stop_step && st.epoch < job.train.epochs) {
+    train_loader->start_epoch(st.epoch, st.batch_in_epoch);
+    while (st.step < stop_step) {
+      const auto t_wait = Clock::now();
+      std::optional<data::Batch> batch = train_loader->next();
+      if (!batch) break;
+      const auto t_step = Clock::now();
+      st.data_wait_seconds += std::chrono::duration<double>(t_step - t_wait).count();
+
+      at::Tensor x = input->images(*batch);
+      at::Tensor y = input->labels(*batch);
+      at::Tensor loss;
+      at::Tensor logits;
+      {
+        compat::AutocastGuard amp(device.type(), amp_dtype, autocast);
+        logits = model->forward(x);
+        loss = at::cross_entropy_loss(logits, y, {}, at::Reduction::Mean, -100, job.train.label_smoothing);
+      }
+      loss.backward();
+      sp = schedule->at(st.step);
+      optimizer->step(sp.lr, sp.momentum);
+      optimizer->zero_grad();  // T10: set to none
+      {
+        at::NoGradGuard no_grad;
+        loss_sum.add_(loss.detach().to(at::kDouble), static_cast<double>(batch->size()));
+        correct.add_(logits.detach().argmax(1).eq(y).sum());
+      }
+      ++st.step;
+      ++st.batch_in_epoch;
+      st.samples += batch->size();
+      st.interval_samples += batch->size();
+      const double dt = seconds_since(t_step) + std::chrono::duration<double>(t_step - t_wait).count();
+      st.step_seconds += dt;
+      st.train_seconds += dt;
+      progress.step_done(st.step, st.epoch);
+
+      if (st.step % job.log.every_steps == 0) {
+        read_interval(metrics, progress, interval_start, sp.lr, sp.momentum);
+        interval_start = Clock::now();
+      }
+      const bool epoch_end = st.batch_in_epoch == steps_per_epoch;
+      if (g_stop.load()) {
+        progress.clear();
+        save_checkpoint();
+        throw runtime_error("interrupted at step {}: checkpoint written; run the same command again to resume",
+                            st.step);
+      }
+      if (!epoch_end && st.step % job.checkpoint.every_steps == 0) save_checkpoint();
+    }
+    if (st.batch_in_epoch == steps_per_epoch) {
+      progress.clear();
+      evaluate(metrics);
+      ++st.epoch;
+      st.batch_in_epoch = 0;
+      save_checkpoint();
+    }
+  }
+  progress.clear();
+  if (st.last_eval_step != st.step) {  // stopped by train.max_steps inside an epoch
+    evaluate(metrics);
+    save_checkpoint();
+  }
+  return summarize(/*already_complete=*/false);
+}
+
+Trainer::Trainer(JobConfig job, TrainFlags flags) : impl_(std::make_unique<Impl>(std::move(job), flags)) {}
+Trainer::~Trainer() = default;
+
+TrainSummary Trainer::run() { return impl_->run(); }
+
+}  // namespace crucible::train
