@@ -1,0 +1,73 @@
+// Atomic files (law 5): a committed write replaces the target whole; an abandoned one leaves
+// the old file and no temporary behind; the host allocator tuning applies on glibc.
+#include "crucible/core/file.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "crucible/core/error.h"
+#include "crucible/core/memory.h"
+#include "crucible/core/sha256.h"
+#include "test_util.h"
+
+namespace crucible {
+namespace {
+
+namespace fs = std::filesystem;
+
+size_t count_files(const std::string& dir) {
+  size_t n = 0;
+  for (auto& e : fs::directory_iterator(dir)) n += e.is_regular_file() ? 1 : 0;
+  return n;
+}
+
+TEST(AtomicFile, CommitReplacesTarget) {
+  test::TempDir d;
+  write_file_atomic(d / "a.txt", "old");
+  write_file_atomic(d / "a.txt", "new contents");
+  EXPECT_EQ(read_file(d / "a.txt"), "new contents");
+  EXPECT_EQ(count_files(d.path()), 1u);
+}
+
+TEST(AtomicFile, AbandonedWriteLeavesOldFileAndNoTemp) {
+  test::TempDir d;
+  write_file_atomic(d / "a.txt", "old");
+  {
+    AtomicFile f(d / "a.txt");
+    f.write("half of a new");
+    EXPECT_EQ(count_files(d.path()), 2u);  // the temporary exists while writing
+  }
+  EXPECT_EQ(read_file(d / "a.txt"), "old");
+  EXPECT_EQ(count_files(d.path()), 1u);
+}
+
+TEST(AtomicFile, TempNamesAreRecognised) {
+  EXPECT_TRUE(is_atomic_temp_name("ckpt-000000010.safetensors.tmp-1234"));
+  EXPECT_FALSE(is_atomic_temp_name("ckpt-000000010.safetensors"));
+}
+
+TEST(ReadFile, MissingFileIsBadInputNamingThePath) {
+  try {
+    read_file("/nonexistent/crucible/file");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/crucible/file"), std::string::npos);
+  }
+}
+
+TEST(Sha256, KnownVector) {
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Memory, HostAllocatorTuningAppliesOnGlibc) {
+#if defined(__GLIBC__)
+  EXPECT_TRUE(tune_host_allocator());
+#else
+  GTEST_SKIP() << "not glibc";
+#endif
+}
+
+}  // namespace
+}  // namespace crucible

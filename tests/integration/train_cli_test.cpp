@@ -1,0 +1,263 @@
+// The `crucible train` program end to end, on subsets of Debian's Fashion-MNIST: exit codes
+// and messages for bad config (2), the run folder's contents, bit-exact resume after SIGKILL
+// in the second epoch (law 1, law 5), fallback past a truncated checkpoint, reruns of a
+// finished or different run, and (label slow) the default job's accuracy.
+// To add a case: build the command with small_run() and assert on files in the run folder.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace crucible {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int64_t kStepsPerEpoch = 32;  // 4096 samples / batch 128
+
+std::vector<std::string> small_run(const test::TempDir& dir, const std::string& name, int epochs = 3) {
+  return {test::crucible_binary(), "train",
+          "--set", "run.dir=" + dir.path(),
+          "--set", "run.name=" + name,
+          "--set", "data.train_samples=4096",
+          "--set", "data.test_samples=1000",
+          "--set", "train.epochs=" + std::to_string(epochs),
+          "--set", "train.batch_size=128",
+          "--set", "checkpoint.every_steps=5",
+          "--set", "log.every_steps=8"};
+}
+
+std::vector<std::string> with(std::vector<std::string> cmd, std::initializer_list<std::string> extra) {
+  cmd.insert(cmd.end(), extra.begin(), extra.end());
+  return cmd;
+}
+
+json read_json(const std::string& path) { return json::parse(test::read_text(path)); }
+
+// Checkpoint steps present in a run folder.
+std::vector<int64_t> checkpoint_steps(const std::string& run_dir) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints", ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("ckpt-", 0) == 0 && n.size() == 5 + 9 + 12 && n.find(".tmp-") == std::string::npos) {
+      steps.push_back(std::stoll(n.substr(5, 9)));
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+void expect_contains(const std::string& text, const std::string& needle) {
+  EXPECT_NE(text.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << text;
+}
+
+TEST(TrainCli, BadConfigExitsTwoNamingTheKey) {
+  test::TempDir d;
+  auto r = test::run_command({test::crucible_binary(), "train", "--set", "optim.lrr=0.1"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "optim.lrr");
+  expect_contains(r.err, "did you mean 'lr'");
+
+  r = test::run_command({test::crucible_binary(), "train", "--set", "optim.lr=-0.001"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "optim.lr");
+  expect_contains(r.err, "> 0");
+
+  test::write_text(d / "bad_type.toml", "[train]\nepochs = \"ten\"\n");
+  r = test::run_command({test::crucible_binary(), "train", d / "bad_type.toml"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "bad_type.toml:2");
+  expect_contains(r.err, "train.epochs");
+  expect_contains(r.err, "expected integer");
+
+  test::write_text(d / "unknown.toml", "[optim]\nname = \"adamw\"\nmomentun = 0.9\n");
+  r = test::run_command({test::crucible_binary(), "train", d / "unknown.toml"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "optim.momentun");
+
+  r = test::run_command({test::crucible_binary(), "train", d / "missing.toml"});
+  EXPECT_EQ(r.exit_code, 2);
+
+  r = test::run_command({test::crucible_binary(), "frobnicate"});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(TrainCli, BadDataAndUnitsExitTwo) {
+  test::TempDir d;
+  auto r = test::run_command(with(small_run(d, "x"), {"--set", "data.train_images=" + (d / "nope.gz")}));
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, d / "nope.gz");
+  // D4: a 0-255 mean declared as 0-1 units is refused before training.
+  r = test::run_command(with(small_run(d, "y"), {"--set", "data.mean=[72.9]", "--set", "data.std=[90.0]"}));
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "look like 0-255 values");
+}
+
+TEST(TrainCli, HelpListsKeysWithDefaults) {
+  auto r = test::run_command({test::crucible_binary(), "train", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* s : {"[optim]", "lr", "0.002", "[train]", "precision", "\"bf16\"", "[checkpoint]", "every_steps",
+                        "--set", "--resume"}) {
+    expect_contains(r.out, s);
+  }
+}
+
+TEST(TrainCli, RunFolderHoldsConfigMetricsCheckpointsAndSummary) {
+  test::TempDir d;
+  auto r = test::run_command(small_run(d, "folder", 1));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string run = d / "folder";
+  // The resolved config reads back as the same job (and names every section).
+  const std::string cfg = test::read_text(run + "/config.toml");
+  for (const char* s : {"[run]", "[data]", "[model]", "[optim]", "[schedule]", "[train]", "[checkpoint]", "[log]",
+                        "train_samples = 4096"}) {
+    expect_contains(cfg, s);
+  }
+  // metrics.jsonl: one train record per log interval, one eval record per epoch.
+  int train_records = 0, eval_records = 0;
+  std::istringstream lines(test::read_text(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    json j = json::parse(line);
+    if (j["type"] == "train") ++train_records;
+    if (j["type"] == "eval") {
+      ++eval_records;
+      EXPECT_EQ(j["samples"], 1000);
+    }
+  }
+  EXPECT_EQ(train_records, kStepsPerEpoch / 8);
+  EXPECT_EQ(eval_records, 1);
+  json s = read_json(run + "/summary.json");
+  for (const char* k : {"test_acc", "train_seconds", "wall_seconds", "samples_per_s", "precision", "memory_format",
+                        "params_sha256"}) {
+    EXPECT_TRUE(s.contains(k)) << k;
+  }
+  EXPECT_GT(s["test_acc"].get<double>(), 0.5);
+  EXPECT_LE(s["test_acc"].get<double>(), 1.0);
+  EXPECT_EQ(s["params_sha256"].get<std::string>().size(), 64u);
+  EXPECT_EQ(s["precision"], "bf16");
+  EXPECT_EQ(s["memory_format"], "channels_last");
+  EXPECT_EQ(checkpoint_steps(run).back(), kStepsPerEpoch);
+  EXPECT_LE(checkpoint_steps(run).size(), 3u);  // keep = 3
+  // Off a terminal: plain lines, no carriage returns; a final summary line.
+  EXPECT_EQ(r.out.find('\r'), std::string::npos);
+  expect_contains(r.out, "epoch 1/1 step 8/32");
+  expect_contains(r.out, "done: test accuracy");
+  expect_contains(r.out, "seed 0 → streams");  // T15: the seeds are stated
+}
+
+// Starts a run, SIGKILLs it at a mid-epoch checkpoint of the second epoch, returns the step of
+// that checkpoint.
+int64_t kill_in_second_epoch(const test::TempDir& d, const std::string& name) {
+  test::Child child(small_run(d, name), d.path());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto steps = checkpoint_steps(d / name);
+    if (!steps.empty() && steps.back() > kStepsPerEpoch && steps.back() < 2 * kStepsPerEpoch - 5) {
+      child.kill(SIGKILL);
+      EXPECT_EQ(child.wait(), 128 + SIGKILL);
+      return steps.back();
+    }
+    if (!child.running()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ADD_FAILURE() << "run ended or stalled before a second-epoch checkpoint:\n" << child.err();
+  return -1;
+}
+
+TEST(TrainCli, KilledInSecondEpochResumesBitForBit) {
+  test::TempDir d;
+  auto ref = test::run_command(small_run(d, "uninterrupted"));
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const json want = read_json(d / "uninterrupted/summary.json");
+
+  const int64_t killed_at = kill_in_second_epoch(d, "killed");
+  ASSERT_GT(killed_at, kStepsPerEpoch);
+  auto resumed = test::run_command(small_run(d, "killed"));  // a rerun resumes
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const json got = read_json(d / "killed/summary.json");
+  expect_contains(resumed.out, "resumed from");
+  EXPECT_GT(got["resumed_from_step"].get<int64_t>(), kStepsPerEpoch);
+  EXPECT_NE(got["resumed_from_step"].get<int64_t>() % kStepsPerEpoch, 0);  // mid-epoch
+  EXPECT_EQ(got["params_sha256"], want["params_sha256"]);
+  EXPECT_EQ(got["test_acc"], want["test_acc"]);
+  EXPECT_EQ(got["samples"], want["samples"]);
+  // The metrics file has no duplicate or missing records after the resume.
+  auto records = [](const std::string& path) {
+    std::vector<std::pair<std::string, int64_t>> out;
+    std::istringstream lines(test::read_text(path));
+    for (std::string line; std::getline(lines, line);) {
+      json j = json::parse(line);
+      out.emplace_back(j["type"], j["step"]);
+    }
+    return out;
+  };
+  EXPECT_EQ(records(d / "killed/metrics.jsonl"), records(d / "uninterrupted/metrics.jsonl"));
+}
+
+TEST(TrainCli, TruncatedNewestCheckpointIsSkippedWithAWarning) {
+  test::TempDir d;
+  auto ref = test::run_command(small_run(d, "reference"));
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const int64_t killed_at = kill_in_second_epoch(d, "damaged");
+  ASSERT_GT(killed_at, 0);
+  const auto steps = checkpoint_steps(d / "damaged");
+  ASSERT_GE(steps.size(), 2u);
+  char newest[64];
+  std::snprintf(newest, sizeof(newest), "/checkpoints/ckpt-%09lld.safetensors", static_cast<long long>(steps.back()));
+  const std::string path = d / "damaged" + newest;
+  fs::resize_file(path, fs::file_size(path) / 2);
+  auto r = test::run_command(with(small_run(d, "damaged"), {"--resume"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_contains(r.err, "skipping checkpoint");
+  expect_contains(r.err, newest + 1);
+  const json got = read_json(d / "damaged/summary.json");
+  EXPECT_EQ(got["resumed_from_step"], steps[steps.size() - 2]);
+  EXPECT_EQ(got["params_sha256"], read_json(d / "reference/summary.json")["params_sha256"]);
+}
+
+TEST(TrainCli, RerunsOfFinishedOrDifferentRuns) {
+  test::TempDir d;
+  ASSERT_EQ(test::run_command(small_run(d, "r", 1)).exit_code, 0);
+  const json first = read_json(d / "r/summary.json");
+  // Finished: says so, exits 0, changes nothing.
+  auto again = test::run_command(small_run(d, "r", 1));
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  expect_contains(again.out, "already complete");
+  EXPECT_EQ(read_json(d / "r/summary.json")["params_sha256"], first["params_sha256"]);
+  // A different job in the same folder: refused, naming the key, nothing touched.
+  auto other = test::run_command(with(small_run(d, "r", 1), {"--set", "optim.lr=0.01"}));
+  EXPECT_EQ(other.exit_code, 2);
+  expect_contains(other.err, "optim.lr");
+  expect_contains(other.err, "--restart");
+  EXPECT_EQ(read_json(d / "r/summary.json")["params_sha256"], first["params_sha256"]);
+  // Logging is cosmetic: allowed.
+  EXPECT_EQ(test::run_command(with(small_run(d, "r", 1), {"--set", "log.every_steps=4"})).exit_code, 0);
+  // --restart trains again from scratch (same seed → same result).
+  auto restarted = test::run_command(with(small_run(d, "r", 1), {"--restart"}));
+  EXPECT_EQ(restarted.exit_code, 0) << restarted.err;
+  EXPECT_TRUE(read_json(d / "r/summary.json")["resumed_from_step"].is_null());
+  EXPECT_EQ(read_json(d / "r/summary.json")["params_sha256"], first["params_sha256"]);
+  // --resume with nothing to resume is a usage error.
+  EXPECT_EQ(test::run_command(with(small_run(d, "none", 1), {"--resume"})).exit_code, 2);
+}
+
+// Acceptance of the default job (label slow): ≥ 91.0% test accuracy, as `make demo` runs it.
+TEST(TrainCliSlow, DefaultJobReaches91Percent) {
+  test::TempDir d;
+  auto r = test::run_command({test::crucible_binary(), "train", "--set", "run.dir=" + d.path()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json s = read_json(d / "fashion_mnist/summary.json");
+  EXPECT_GE(s["test_acc"].get<double>(), 0.910);
+  std::printf("default job: test_acc %.4f, train_seconds %.1f\n", s["test_acc"].get<double>(),
+              s["train_seconds"].get<double>());
+}
+
+}  // namespace
+}  // namespace crucible

@@ -1,0 +1,142 @@
+// Test helpers: TempDir, posix_spawn-based process running.
+#include "test_util.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace crucible::test {
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  std::string tmpl = (fs::temp_directory_path() / "crucible-test-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+namespace {
+
+int spawn(const std::vector<std::string>& argv, const std::string& out_path, const std::string& err_path,
+          const std::string& cwd) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // posix_spawn has no chdir before glibc 2.29's _np extension; use it when asked.
+  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
+  return pid;
+}
+
+int decode(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+}  // namespace
+
+CommandResult run_command(const std::vector<std::string>& argv, const std::string& cwd) {
+  TempDir logs;
+  Child c(argv, logs.path(), cwd);
+  CommandResult r;
+  r.exit_code = c.wait();
+  r.out = c.out();
+  r.err = c.err();
+  return r;
+}
+
+Child::Child(const std::vector<std::string>& argv, const std::string& log_dir, const std::string& cwd) {
+  static int counter = 0;
+  ++counter;
+  out_path_ = log_dir + "/child" + std::to_string(counter) + ".out";
+  err_path_ = log_dir + "/child" + std::to_string(counter) + ".err";
+  pid_ = spawn(argv, out_path_, err_path_, cwd);
+}
+
+Child::~Child() {
+  if (pid_ > 0 && status_ < 0) {
+    ::kill(pid_, SIGKILL);
+    wait();
+  }
+}
+
+void Child::kill(int sig) {
+  if (pid_ > 0 && status_ < 0) ::kill(pid_, sig);
+}
+
+int Child::wait() {
+  if (status_ >= 0) return decode(status_);
+  int st = 0;
+  while (::waitpid(pid_, &st, 0) < 0) {
+  }
+  status_ = st;
+  return decode(st);
+}
+
+bool Child::running() {
+  if (status_ >= 0) return false;
+  int st = 0;
+  pid_t r = ::waitpid(pid_, &st, WNOHANG);
+  if (r == pid_) {
+    status_ = st;
+    return false;
+  }
+  return true;
+}
+
+std::string Child::out() const { return read_text(out_path_); }
+std::string Child::err() const { return read_text(err_path_); }
+
+std::string run_python(const std::string& script) {
+  TempDir dir;
+  write_text(dir / "oracle.py", script);
+  CommandResult r = run_command({kPython, dir / "oracle.py"});
+  if (r.exit_code != 0) throw std::runtime_error("python oracle failed (exit " + std::to_string(r.exit_code) + "):\n" + r.err);
+  return r.out;
+}
+
+std::string crucible_binary() {
+#ifdef CRUCIBLE_BINARY
+  return CRUCIBLE_BINARY;
+#else
+  const char* p = std::getenv("CRUCIBLE_BINARY");
+  return p != nullptr ? p : "crucible";
+#endif
+}
+
+}  // namespace crucible::test

@@ -1,0 +1,65 @@
+// Helpers shared by crucible's tests: temporary folders, running a program (the crucible
+// binary, Debian's python3 as an oracle) and capturing its output. Torch-free.
+#pragma once
+
+#include <csignal>
+#include <string>
+#include <vector>
+
+namespace crucible::test {
+
+// A fresh folder under $TMPDIR, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;  // exit status, or 128 + signal
+  std::string out;     // stdout
+  std::string err;     // stderr
+};
+
+// Runs argv[0] (searched in PATH) with argv, waits, returns its exit code and output.
+CommandResult run_command(const std::vector<std::string>& argv, const std::string& cwd = "");
+
+// A child process started in the background (stdout/stderr to files in `log_dir`).
+class Child {
+ public:
+  Child(const std::vector<std::string>& argv, const std::string& log_dir, const std::string& cwd = "");
+  ~Child();  // kills and reaps if still running
+  void kill(int sig = SIGKILL);
+  // Waits for exit; returns exit code or 128 + signal.
+  int wait();
+  bool running();
+  std::string out() const;
+  std::string err() const;
+
+ private:
+  int pid_ = -1;
+  int status_ = -1;
+  std::string out_path_, err_path_;
+};
+
+// Debian's python with numpy and torch (the oracle), never a python earlier on PATH.
+constexpr const char* kPython = "/usr/bin/python3";
+
+// Runs a Python script and returns its stdout; fails the calling test (via exception) on a
+// non-zero exit.
+std::string run_python(const std::string& script);
+
+std::string read_text(const std::string& path);
+void write_text(const std::string& path, const std::string& text);
+
+// Path of the crucible program under test (set by CMake).
+std::string crucible_binary();
+
+}  // namespace crucible::test
