@@ -58,6 +58,7 @@ struct RunState {
   double train_seconds = 0;    // steps + evaluation (all sessions)
   double data_wait_seconds = 0;
   int64_t interval_samples = 0;  // samples in the current log interval
+  double interval_seconds = 0;   // time in steps of the current log interval
   double last_test_acc = -1, last_test_loss = 0;
   int64_t last_eval_step = -1;
 };
@@ -118,8 +119,7 @@ struct Trainer::Impl {
   CheckpointData snapshot();
   void save_checkpoint();
   void evaluate(obs::JsonlWriter& metrics);
-  void read_interval(obs::JsonlWriter& metrics, obs::Progress& progress, Clock::time_point interval_start,
-                     double lr, double momentum);
+  void read_interval(obs::JsonlWriter& metrics, obs::Progress& progress, double lr, double momentum);
   TrainSummary summarize(bool already_complete);
   TrainSummary run();
 };
@@ -274,6 +274,7 @@ CheckpointData Trainer::Impl::snapshot() {
   m["batch_in_epoch"] = std::to_string(st.batch_in_epoch);
   m["samples"] = std::to_string(st.samples);
   m["interval_samples"] = std::to_string(st.interval_samples);
+  m["interval_seconds"] = fmt::format("{:.17g}", st.interval_seconds);
   m["step_seconds"] = fmt::format("{:.17g}", st.step_seconds);
   m["train_seconds"] = fmt::format("{:.17g}", st.train_seconds);
   m["data_wait_seconds"] = fmt::format("{:.17g}", st.data_wait_seconds);
@@ -317,6 +318,7 @@ void Trainer::Impl::restore(const CheckpointData& ckpt, const std::string& path)
   st.batch_in_epoch = ckpt.meta_int("batch_in_epoch", path);
   st.samples = ckpt.meta_int("samples", path);
   st.interval_samples = ckpt.meta_int("interval_samples", path);
+  st.interval_seconds = ckpt.meta_double("interval_seconds", path);
   st.step_seconds = ckpt.meta_double("step_seconds", path);
   st.train_seconds = ckpt.meta_double("train_seconds", path);
   st.data_wait_seconds = ckpt.meta_double("data_wait_seconds", path);
@@ -332,7 +334,9 @@ void Trainer::Impl::restore(const CheckpointData& ckpt, const std::string& path)
 void Trainer::Impl::save_checkpoint() {
   const auto t0 = Clock::now();
   const std::string path = checkpoints->save(st.step, snapshot());
-  log_line(LogLevel::kInfo, fmt::format("checkpoint step {} → {} ({:.2f} s)", st.step, path, seconds_since(t0)));
+  const double secs = seconds_since(t0);
+  st.train_seconds += secs;  // part of training time, though written before it is counted
+  log_info("checkpoint step {} → {} ({:.2f} s)", st.step, path, secs);
 }
 
 void Trainer::Impl::evaluate(obs::JsonlWriter& metrics) {
@@ -371,8 +375,7 @@ void Trainer::Impl::evaluate(obs::JsonlWriter& metrics) {
            100 * st.last_test_acc, st.last_test_loss, n, secs);
 }
 
-void Trainer::Impl::read_interval(obs::JsonlWriter& metrics, obs::Progress& progress, Clock::time_point interval_start,
-                                  double lr, double momentum) {
+void Trainer::Impl::read_interval(obs::JsonlWriter& metrics, obs::Progress& progress, double lr, double momentum) {
   // The one host read of the interval (law 2).
   const double loss = loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(1, st.interval_samples));
   const double acc = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(std::max<int64_t>(1, st.interval_samples));
@@ -381,7 +384,7 @@ void Trainer::Impl::read_interval(obs::JsonlWriter& metrics, obs::Progress& prog
                    "is intact",
                    st.step - job.log.every_steps + 1, st.step, loss, lr, checkpoints->dir());
   }
-  const double secs = seconds_since(interval_start);
+  const double secs = st.interval_seconds;
   obs::TrainReading r{st.step, loss, acc, lr, secs > 0 ? static_cast<double>(st.interval_samples) / secs : 0};
   metrics.write({{"type", "train"},
                  {"step", st.step},
@@ -396,6 +399,7 @@ void Trainer::Impl::read_interval(obs::JsonlWriter& metrics, obs::Progress& prog
   loss_sum.zero_();
   correct.zero_();
   st.interval_samples = 0;
+  st.interval_seconds = 0;
 }
 
 TrainSummary Trainer::Impl::summarize(bool already_complete) {
@@ -460,7 +464,6 @@ TrainSummary Trainer::Impl::run() {
   obs::Progress progress(obs::parse_progress_mode(job.log.progress, stdout_is_terminal()), job.train.epochs,
                          steps_per_epoch, total_steps);
   g_stop.store(false);
-  auto interval_start = Clock::now();
   Schedule::Point sp = schedule->at(st.step);
 
   while (st.step < stop_step && st.epoch < job.train.epochs) {
@@ -497,11 +500,11 @@ TrainSummary Trainer::Impl::run() {
       const double dt = seconds_since(t_step) + std::chrono::duration<double>(t_step - t_wait).count();
       st.step_seconds += dt;
       st.train_seconds += dt;
+      st.interval_seconds += dt;
       progress.step_done(st.step, st.epoch);
 
       if (st.step % job.log.every_steps == 0) {
-        read_interval(metrics, progress, interval_start, sp.lr, sp.momentum);
-        interval_start = Clock::now();
+        read_interval(metrics, progress, sp.lr, sp.momentum);
       }
       const bool epoch_end = st.batch_in_epoch == steps_per_epoch;
       if (g_stop.load()) {

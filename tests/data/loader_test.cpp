@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <stdexcept>
+#include <thread>
 
 namespace crucible::data {
 namespace {
@@ -36,6 +40,7 @@ LoaderOptions opts(int threads) {
   return o;
 }
 
+// Law 1: thread timing never changes what a batch holds.
 TEST(Loader, SameBatchesForOneAndFourThreads) {
   auto src = make_source(1000);
   Loader one(src, Sampler(1000, true, 5), opts(1));
@@ -124,6 +129,66 @@ TEST(Loader, WorkerErrorReachesTheConsumer) {
     EXPECT_STREQ(e.what(), "sample 57 is unreadable");
   }
   EXPECT_EQ(ok, 1);  // batch 0 (samples 0–31) fine, batch 1 holds sample 57
+}
+
+}  // namespace
+}  // namespace crucible::data
+
+namespace crucible::data {
+namespace {
+
+int process_threads() {
+  int n = 0;
+  for (auto& e : std::filesystem::directory_iterator("/proc/self/task")) n += e.is_directory() ? 1 : 0;
+  return n;
+}
+
+TEST(Loader, OnePersistentPoolAcrossEpochsD8) {
+  auto src = make_source(300);
+  Loader l(src, Sampler(300, true, 1), opts(3));
+  epoch(l, 0);
+  const int threads = process_threads();
+  for (int e = 1; e < 6; ++e) epoch(l, e);
+  EXPECT_EQ(process_threads(), threads);  // no workers created or leaked per epoch
+}
+
+// Counts how many samples have been read, to see how far ahead the loader works.
+class CountingSource : public Source {
+ public:
+  int64_t size() const override { return 1000; }
+  ImageSpec spec() const override { return ImageSpec{2, 2, 1, ColorOrder::kGray, ValueRange::kByte}; }
+  const uint8_t* pixels(int64_t) const override {
+    ++reads;
+    return px_;
+  }
+  int64_t label(int64_t) const override { return 0; }
+  int64_t num_classes() const override { return 1; }
+  std::string describe() const override { return "counting"; }
+  mutable std::atomic<int64_t> reads{0};
+
+ private:
+  uint8_t px_[4] = {};
+};
+
+TEST(Loader, PrefetchBoundsWorkAheadD10) {
+  auto src = std::make_shared<CountingSource>();
+  LoaderOptions o = opts(4);
+  o.batch_size = 10;
+  o.prefetch = 3;
+  Loader l(src, Sampler(1000, false, 0), o);
+  // Waits until `n` samples were read (or 10 s), then a little longer to see that no more are.
+  auto settles_at = [&](int64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (src->reads.load() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return src->reads.load();
+  };
+  l.start_epoch(0);
+  EXPECT_EQ(settles_at(30), 30);  // exactly `prefetch` batches ahead, no more
+  l.next();
+  EXPECT_EQ(settles_at(40), 40);
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ struct TrainSummary {
   std::string run_dir;
   double test_acc = 0;        // 0–1
   double test_loss = 0;
-  double train_seconds = 0;   // training steps + per-epoch evaluation, over all sessions
+  double train_seconds = 0;   // training steps + evaluations + checkpoint writes, all sessions
   double wall_seconds = 0;    // this process, start to finish
   double samples_per_s = 0;   // training samples / time in training steps
   int64_t steps = 0;
