@@ -254,49 +254,38 @@ ConfigKey& ConfigSchema::add_key(std::unique_ptr<ConfigKey> key) {
   return *keys_.back();
 }
 
-ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key, bool* field,
-                             std::string help) {
+template <typename T>
+ConfigKey& ConfigSchema::bind(const std::string& section, const std::string& key, T* field, std::string help,
+                              ConfigType type) {
   return add_key(std::unique_ptr<ConfigKey>(new ConfigKey(
-      section, key, std::move(help), ConfigType::kBool,
-      [field](const ConfigValue& v) { *field = std::get<bool>(v); }, [field] { return ConfigValue(*field); })));
-}
-
-ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key, int64_t* field,
-                             std::string help) {
-  return add_key(std::unique_ptr<ConfigKey>(new ConfigKey(
-      section, key, std::move(help), ConfigType::kInt,
-      [field](const ConfigValue& v) { *field = std::get<int64_t>(v); },
+      section, key, std::move(help), type, [field](const ConfigValue& v) { *field = std::get<T>(v); },
       [field] { return ConfigValue(*field); })));
 }
 
-ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key, double* field,
-                             std::string help) {
-  return add_key(std::unique_ptr<ConfigKey>(new ConfigKey(
-      section, key, std::move(help), ConfigType::kFloat,
-      [field](const ConfigValue& v) { *field = std::get<double>(v); }, [field] { return ConfigValue(*field); })));
+ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key, bool* field, std::string help) {
+  return bind(section, key, field, std::move(help), ConfigType::kBool);
+}
+
+ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key, int64_t* field, std::string help) {
+  return bind(section, key, field, std::move(help), ConfigType::kInt);
+}
+
+ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key, double* field, std::string help) {
+  return bind(section, key, field, std::move(help), ConfigType::kFloat);
 }
 
 ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key, std::string* field,
                              std::string help) {
-  return add_key(std::unique_ptr<ConfigKey>(new ConfigKey(
-      section, key, std::move(help), ConfigType::kString,
-      [field](const ConfigValue& v) { *field = std::get<std::string>(v); },
-      [field] { return ConfigValue(*field); })));
+  return bind(section, key, field, std::move(help), ConfigType::kString);
 }
 
 ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key, std::vector<double>* field,
                              std::string help) {
-  return add_key(std::unique_ptr<ConfigKey>(new ConfigKey(
-      section, key, std::move(help), ConfigType::kFloatList,
-      [field](const ConfigValue& v) { *field = std::get<std::vector<double>>(v); },
-      [field] { return ConfigValue(*field); })));
+  return bind(section, key, field, std::move(help), ConfigType::kFloatList);
 }
 
 const ConfigKey* ConfigSchema::find(const std::string& section, const std::string& key) const {
-  for (const auto& k : keys_) {
-    if (k->section() == section && k->key() == key) return k.get();
-  }
-  return nullptr;
+  return const_cast<ConfigSchema*>(this)->find_mutable(section, key);
 }
 
 std::vector<std::string> ConfigSchema::sections() const {

@@ -1,6 +1,7 @@
 // Rank-aware line logging with a redrawable status line (see log.h).
 #include "crucible/core/log.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -23,6 +24,14 @@ LogState& state() {
 }
 
 bool speaks(const LogState& s) { return s.all_ranks || s.rank == 0; }
+
+// The status line cut to the terminal's width: a wrapped line cannot be redrawn with "\r".
+std::string fit_terminal(const std::string& line) {
+  struct winsize ws {};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_col == 0) return line;
+  const size_t cols = ws.ws_col - 1u;
+  return line.size() > cols ? line.substr(0, cols) : line;
+}
 
 }  // namespace
 
@@ -75,9 +84,9 @@ void set_status_line(const std::string& line) {
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (!speaks(s)) return;
-  s.status = line;
+  s.status = fit_terminal(line);
   std::fputs("\r\033[K", stdout);
-  std::fputs(line.c_str(), stdout);
+  std::fputs(s.status.c_str(), stdout);
   std::fflush(stdout);
 }
 

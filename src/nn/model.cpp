@@ -93,11 +93,7 @@ class FmnistCnn final : public Model {
   double dropout_;
 };
 
-const char* const kModelNames[] = {"fmnist_cnn", nullptr};
-
 }  // namespace
-
-const char* const* model_names() { return kModelNames; }
 
 std::unique_ptr<Model> make_model(const ModelOptions& options, int64_t in_channels, int64_t height, int64_t width,
                                   int64_t num_classes) {

@@ -96,6 +96,8 @@ class ConfigSchema {
 
  private:
   ConfigKey& add_key(std::unique_ptr<ConfigKey> key);
+  template <typename T>
+  ConfigKey& bind(const std::string& section, const std::string& key, T* field, std::string help, ConfigType type);
   ConfigKey* find_mutable(const std::string& section, const std::string& key);
   std::vector<std::string> sections() const;
   // The error for an unknown section or key, with a suggestion and the allowed names.

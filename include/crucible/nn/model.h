@@ -9,16 +9,13 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "crucible/nn/model_options.h"
+
 namespace torch::nn {
 class Module;
 }
 
 namespace crucible::nn {
-
-struct ModelOptions {
-  std::string name = "fmnist_cnn";
-  double dropout = 0.25;
-};
 
 // What a model accepts: [batch, channels, height, width] float, normalised (x - mean) / std.
 // height/width 0 means any size.
@@ -38,9 +35,6 @@ class Model {
   virtual InputSpec input_spec() const = 0;
   virtual std::string describe() const = 0;
 };
-
-// Known model names, for config validation.
-const char* const* model_names();  // null-terminated
 
 // Builds `options.name` with weights from torch's default CPU generator (seed it first).
 // Throws bad_input for an unknown name or an input the model cannot take.

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "crucible/nn/model.h"
-#include "crucible/train/optimizer.h"
+#include "crucible/nn/model_options.h"
+#include "crucible/train/optim_options.h"
 #include "crucible/train/schedule.h"
 
 namespace crucible {

@@ -12,18 +12,9 @@
 
 #include <ATen/core/Tensor.h>
 
-namespace crucible::train {
+#include "crucible/train/optim_options.h"
 
-struct OptimOptions {
-  std::string name = "adamw";  // "adamw" | "sgd"
-  double lr = 2e-3;            // peak learning rate
-  double weight_decay = 5e-4;  // decoupled for AdamW, L2 for SGD
-  double beta1 = 0.9;          // AdamW
-  double beta2 = 0.999;        // AdamW
-  double eps = 1e-8;           // AdamW
-  double momentum = 0.9;       // SGD
-  bool nesterov = true;        // SGD
-};
+namespace crucible::train {
 
 struct NamedTensor {
   std::string name;
