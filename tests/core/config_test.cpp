@@ -6,6 +6,7 @@
 
 #include "crucible/core/error.h"
 #include "crucible/train/job_config.h"
+#include "test_util.h"
 
 namespace crucible {
 namespace {
@@ -26,17 +27,7 @@ struct Fixture {
   }
 };
 
-// Runs f, expects a bad-input Error whose message contains every needle.
-template <typename F>
-void expect_bad_input(F f, std::initializer_list<const char*> needles) {
-  try {
-    f();
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
-    for (const char* n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
+using test::expect_bad_input;
 
 TEST(Config, LoadsValuesAndIntegersAsFloats) {
   Fixture f;

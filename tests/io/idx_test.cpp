@@ -24,16 +24,7 @@ IdxArray make(DType t, std::vector<int64_t> shape) {
   return a;
 }
 
-template <typename F>
-void expect_bad_input(F f, std::initializer_list<const char*> needles) {
-  try {
-    f();
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
-    for (const char* n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
+using test::expect_bad_input;
 
 TEST(Idx, EveryTypeRoundTripsGzipAndPlain) {
   test::TempDir d;

@@ -36,9 +36,7 @@ TEST(Safetensors, NumpyReadsWhatWeWrite) {
   std::vector<float> a = {0.5f, -1.25f, 3.0f};
   write_safetensors(d / "x.safetensors", {{"t", DType::kF32, {3}, a.data(), 12}}, {});
   const std::string out = test::run_python(
-      "import json, struct, numpy as np\n"
-      "b = open('" + (d / "x.safetensors") + "', 'rb').read()\n"
-      "n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8+n])\n"
+      test::python_read_safetensors(d / "x.safetensors") +
       "s, e = h['t']['data_offsets']\n"
       "print(h['t']['dtype'], np.frombuffer(b[8+n+s:8+n+e], '<f4').tolist())\n");
   EXPECT_EQ(out, "F32 [0.5, -1.25, 3.0]\n");

@@ -130,6 +130,12 @@ std::string run_python(const std::string& script) {
   return r.out;
 }
 
+std::string python_read_safetensors(const std::string& path) {
+  return "import json, struct, numpy as np\n"
+         "b = open('" + path + "', 'rb').read()\n"
+         "n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8+n])\n";
+}
+
 std::string crucible_binary() {
 #ifdef CRUCIBLE_BINARY
   return CRUCIBLE_BINARY;

@@ -2,9 +2,14 @@
 // binary, Debian's python3 as an oracle) and capturing its output. Torch-free.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <csignal>
+#include <initializer_list>
 #include <string>
 #include <vector>
+
+#include "crucible/core/error.h"
 
 namespace crucible::test {
 
@@ -61,5 +66,21 @@ void write_text(const std::string& path, const std::string& text);
 
 // Path of the crucible program under test (set by CMake).
 std::string crucible_binary();
+
+// Python lines that read the safetensors file `path` into `b` (bytes), `n` (header length) and
+// `h` (header dict); a tensor's bytes are then b[8+n+s:8+n+e] for h[name]['data_offsets'] = [s, e].
+std::string python_read_safetensors(const std::string& path);
+
+// Runs f and expects a bad-input crucible::Error whose message contains every needle.
+template <typename F>
+void expect_bad_input(F f, std::initializer_list<const char*> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "expected a bad-input error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    for (const char* n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace crucible::test

@@ -89,9 +89,7 @@ TEST(Checkpoint, PythonReadsItAsSafetensors) {
   a.tensors.push_back({"model.w", at::tensor({1.5f, -2.0f})});
   write_checkpoint(d / "c.safetensors", a);
   const std::string out = test::run_python(
-      "import json, struct, numpy as np\n"
-      "b = open('" + (d / "c.safetensors") + "', 'rb').read()\n"
-      "n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8+n])\n"
+      test::python_read_safetensors(d / "c.safetensors") +
       "s, e = h['model.w']['data_offsets']\n"
       "print(h['__metadata__']['crucible.format'], np.frombuffer(b[8+n+s:8+n+e], '<f4').tolist())\n");
   EXPECT_EQ(out, "checkpoint-1 [1.5, -2.0]\n");
