@@ -16,6 +16,7 @@
 #include "crucible/obs/progress.h"
 #include "crucible/train/job_config.h"
 #include "crucible/train/trainer.h"
+#include "io_commands.h"
 
 namespace crucible {
 extern const char* const kDefaultConfigToml;  // configs/fashion_mnist.toml, embedded at build time
@@ -89,6 +90,10 @@ int main(int argc, char** argv) {
                       schema.help_text());
   }
 
+  cli::IoArgs io_args;
+  CLI::App* inspect_cmd = cli::add_inspect(app, io_args);
+  CLI::App* convert_cmd = cli::add_convert(app, io_args);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -98,6 +103,8 @@ int main(int argc, char** argv) {
 
   try {
     if (train_cmd->parsed()) return run_train(config_path, overrides, resume, restart);
+    if (inspect_cmd->parsed()) return cli::run_inspect(io_args);
+    if (convert_cmd->parsed()) return cli::run_convert(io_args);
   } catch (const Error& e) {
     log_error("{}", e.what());
     return exit_code(e.kind());

@@ -115,6 +115,25 @@ void set_cpu_generator_state(const at::Tensor& state) {
   gen.set_state(state);
 }
 
+std::optional<c10::ScalarType> unsigned_scalar_type(int bits) {
+  if (bits == 8) return c10::ScalarType::Byte;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  if (bits == 16) return c10::ScalarType::UInt16;
+  if (bits == 32) return c10::ScalarType::UInt32;
+  if (bits == 64) return c10::ScalarType::UInt64;
+#endif
+  return std::nullopt;
+}
+
+std::optional<c10::ScalarType> float8_scalar_type(bool e4m3) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  return e4m3 ? c10::ScalarType::Float8_e4m3fn : c10::ScalarType::Float8_e5m2;
+#else
+  (void)e4m3;
+  return std::nullopt;
+#endif
+}
+
 void set_num_threads(int threads) { at::set_num_threads(threads); }
 int num_threads() { return at::get_num_threads(); }
 

@@ -64,6 +64,24 @@ void write_file_atomic(const std::string& path, std::string_view data) {
   f.commit();
 }
 
+void commit_file(const std::string& tmp, const std::string& path) {
+  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    int err = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw runtime_error("cannot fsync {}: {}", tmp, errno_text(err));
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw runtime_error("cannot rename {} to {}: {}", tmp, path, errno_text(err));
+  }
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  fsync_dir(dir.empty() ? "." : dir);
+}
+
 std::string read_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw bad_input("cannot open {}: {}", path, errno_text(errno));

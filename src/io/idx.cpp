@@ -1,7 +1,6 @@
 // IDX reader and writer on zlib (gzread reads gzip and plain files alike).
 #include "crucible/io/idx.h"
 
-#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -11,34 +10,12 @@
 
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
+#include "crucible/core/mmap.h"
 
 namespace crucible::io {
 namespace {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "IDX byte swapping assumes a little-endian host");
-
-struct GzCloser {
-  void operator()(gzFile f) const { gzclose(f); }
-};
-using GzPtr = std::unique_ptr<gzFile_s, GzCloser>;
-
-// Reads up to `size` bytes; returns the count (short only at end of file).
-size_t gz_read(gzFile f, void* dst, size_t size, const std::string& path) {
-  size_t got = 0;
-  char* p = static_cast<char*>(dst);
-  while (got < size) {
-    unsigned chunk = static_cast<unsigned>(std::min<size_t>(size - got, 1u << 30));
-    int n = gzread(f, p + got, chunk);
-    if (n < 0) {
-      int errnum = 0;
-      const char* msg = gzerror(f, &errnum);
-      throw bad_input("{}: corrupt gzip stream near uncompressed byte {}: {}", path, got, msg);
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  return got;
-}
 
 uint32_t be32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
@@ -94,55 +71,109 @@ uint8_t idx_code(DType t) {
   }
 }
 
-IdxArray read_idx(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw bad_input("cannot open IDX file {}: {}", path, errno_text(errno));
-  GzPtr f(gzopen(path.c_str(), "rb"));
-  if (!f) throw bad_input("cannot open IDX file {}: {}", path, errno_text(errno));
-  gzbuffer(f.get(), 1 << 17);
-  const bool compressed = gzdirect(f.get()) == 0;
+namespace {
 
-  uint8_t magic[4];
-  size_t n = gz_read(f.get(), magic, 4, path);
-  if (n < 4) throw bad_input("{}: truncated IDX header: {} of 4 magic bytes", path, n);
-  if (magic[0] != 0 || magic[1] != 0) {
+// Inflates a gzip stream into exactly `out.size()` bytes; returns the count produced and
+// whether more data followed.
+size_t gunzip(const uint8_t* data, size_t size, uint8_t* out, size_t out_size, bool* more, const std::string& name) {
+  z_stream zs{};
+  if (inflateInit2(&zs, 15 + 32) != Z_OK) throw runtime_error("zlib: inflateInit2 failed");
+  zs.next_in = const_cast<Bytef*>(data);
+  zs.avail_in = static_cast<uInt>(std::min<size_t>(size, UINT32_MAX));
+  size_t produced = 0;
+  uint8_t extra[1];
+  int rc = Z_OK;
+  *more = false;
+  for (;;) {
+    const bool into_extra = produced == out_size;
+    zs.next_out = into_extra ? extra : out + produced;
+    const size_t room = into_extra ? 1 : std::min<size_t>(out_size - produced, UINT32_MAX);
+    zs.avail_out = static_cast<uInt>(room);
+    rc = inflate(&zs, Z_NO_FLUSH);
+    const size_t got = room - zs.avail_out;
+    if (into_extra && got > 0) {
+      *more = true;
+      break;
+    }
+    produced += into_extra ? 0 : got;
+    if (rc == Z_STREAM_END) {
+      // Concatenated gzip members continue the stream (as gzip -d does).
+      if (zs.avail_in > 0 && inflateReset(&zs) == Z_OK) continue;
+      break;
+    }
+    if (rc != Z_OK || (got == 0 && zs.avail_in == 0)) break;
+  }
+  inflateEnd(&zs);
+  // Z_BUF_ERROR means the input ended early: the caller reports the truncation.
+  if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR && !*more) {
+    throw bad_input("{}: corrupt gzip stream after {} uncompressed bytes: {}", name, produced,
+                    zs.msg != nullptr ? zs.msg : "inflate failed");
+  }
+  return produced;
+}
+
+}  // namespace
+
+bool is_gzip(const uint8_t* data, size_t size) { return size >= 2 && data[0] == 0x1f && data[1] == 0x8b; }
+
+IdxArray parse_idx(const uint8_t* data, size_t size, const std::string& path) {
+  const bool compressed = is_gzip(data, size);
+  // The header: at most 4 + 4 * 255 bytes.
+  uint8_t head[4 + 4 * 255];
+  size_t head_n;
+  bool more = false;
+  if (compressed) {
+    head_n = gunzip(data, size, head, sizeof(head), &more, path);
+  } else {
+    head_n = std::min(size, sizeof(head));
+    std::memcpy(head, data, head_n);
+  }
+  if (head_n < 4) throw bad_input("{}: truncated IDX header: {} of 4 magic bytes", path, head_n);
+  if (head[0] != 0 || head[1] != 0) {
     throw bad_input("{}: byte 0: not an IDX file: expected magic 00 00 <type> <ndim>, found {:02x} {:02x} {:02x} {:02x}",
-                    path, magic[0], magic[1], magic[2], magic[3]);
+                    path, head[0], head[1], head[2], head[3]);
   }
   IdxArray out;
-  out.dtype = idx_dtype(magic[2], path);
-  const int ndim = magic[3];
+  out.dtype = idx_dtype(head[2], path);
+  const int ndim = head[3];
   if (ndim == 0) throw bad_input("{}: byte 3: IDX declares 0 dimensions", path);
-  std::vector<uint8_t> dims_raw(4 * static_cast<size_t>(ndim));
-  n = gz_read(f.get(), dims_raw.data(), dims_raw.size(), path);
-  if (n < dims_raw.size()) {
+  const size_t header = 4 + 4 * static_cast<size_t>(ndim);
+  if (head_n < header) {
     throw bad_input("{}: truncated IDX header: {} dimensions need {} bytes after the magic, found {}", path, ndim,
-                    dims_raw.size(), n);
+                    header - 4, head_n - 4);
   }
-  for (int i = 0; i < ndim; ++i) out.shape.push_back(be32(&dims_raw[4 * i]));
-  const uint64_t header = 4 + dims_raw.size();
+  for (int i = 0; i < ndim; ++i) out.shape.push_back(be32(&head[4 + 4 * i]));
   const uint64_t nbytes = checked_nbytes(out.shape.data(), out.shape.size(), out.dtype, path);
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  if (!compressed && header + nbytes != file_size) {
-    throw bad_input("{}: size mismatch: the header declares {} bytes of {} data (file size {}), found {} bytes", path,
-                    nbytes, dtype_name(out.dtype), header + nbytes, file_size);
-  }
-  if (compressed && nbytes > file_size * kMaxDeflateRatio + (1u << 20)) {
-    throw bad_input("{}: the header declares {} bytes of data, more than a {}-byte gzip file can hold", path, nbytes,
-                    file_size);
-  }
-  out.data.resize(nbytes);
-  n = gz_read(f.get(), out.data.data(), nbytes, path);
-  if (n < nbytes) {
-    throw bad_input("{}: truncated: the header declares {} data bytes after byte {}, found {}", path, nbytes, header, n);
-  }
-  uint8_t extra;
-  if (gz_read(f.get(), &extra, 1, path) != 0) {
-    throw bad_input("{}: unexpected bytes after the {} data bytes the header declares (at uncompressed byte {})", path,
-                    nbytes, header + nbytes);
+  if (!compressed) {
+    if (header + nbytes != size) {
+      throw bad_input("{}: size mismatch: the header declares {} bytes of {} data (file size {}), found {} bytes", path,
+                      nbytes, dtype_name(out.dtype), header + nbytes, size);
+    }
+    out.data.assign(data + header, data + size);
+  } else {
+    if (nbytes > size * kMaxDeflateRatio + (1u << 20)) {
+      throw bad_input("{}: the header declares {} bytes of data, more than a {}-byte gzip file can hold", path, nbytes,
+                      size);
+    }
+    std::vector<uint8_t> all(header + nbytes);
+    const size_t n = gunzip(data, size, all.data(), all.size(), &more, path);
+    if (n < all.size()) {
+      throw bad_input("{}: truncated: the header declares {} data bytes after byte {}, found {}", path, nbytes, header,
+                      n - std::min(n, header));
+    }
+    if (more) {
+      throw bad_input("{}: unexpected bytes after the {} data bytes the header declares (at uncompressed byte {})", path,
+                      nbytes, header + nbytes);
+    }
+    out.data.assign(all.begin() + static_cast<std::ptrdiff_t>(header), all.end());
   }
   swap_to_native(out.data, dtype_size(out.dtype));
   return out;
+}
+
+IdxArray read_idx(const std::string& path) {
+  auto file = MappedFile::open(path);
+  return parse_idx(file->data(), file->size(), path);
 }
 
 void write_idx(const std::string& path, const IdxArray& array, bool gzip) {

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
+#include "crucible/core/mmap.h"
 
 namespace crucible::io {
 namespace {
@@ -28,6 +30,9 @@ void write_safetensors(const std::string& path, const std::vector<TensorBytes>& 
                                          t.nbytes, expect));
     }
     if (header.contains(t.name)) throw std::logic_error("write_safetensors: duplicate tensor name " + t.name);
+    if (dtype_safetensors_name(t.dtype) == nullptr) {
+      throw bad_input("{}: tensor '{}': safetensors has no {} type", path, t.name, dtype_name(t.dtype));
+    }
     header[t.name] = {{"dtype", dtype_safetensors_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.nbytes}}};
     offset += t.nbytes;
   }
@@ -42,27 +47,69 @@ void write_safetensors(const std::string& path, const std::vector<TensorBytes>& 
   f.commit();
 }
 
+void write_safetensors(const std::string& path, const std::vector<NamedArray>& arrays,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<Array> contiguous;
+  contiguous.reserve(arrays.size());
+  std::vector<TensorBytes> tensors;
+  for (const auto& a : arrays) {
+    contiguous.push_back(a.array.contiguous());
+    const Array& c = contiguous.back();
+    tensors.push_back(TensorBytes{a.name, c.dtype, c.shape, c.data, c.nbytes()});
+  }
+  write_safetensors(path, tensors, metadata);
+}
+
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
+  auto file = MappedFile::open(path);
+  return parse(file->data(), file->size(), path, file);
+}
+
+Array SafetensorsFile::array(const Entry& e) const {
+  Array a;
+  a.dtype = e.dtype;
+  a.shape = e.shape;
+  a.strides = Array::c_strides(e.shape);
+  a.data = data(e);
+  a.owner = owner_;
+  return a;
+}
+
+SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t size, const std::string& path,
+                                       std::shared_ptr<const void> owner) {
   SafetensorsFile out;
   out.path_ = path;
-  out.bytes_ = read_file(path);
-  const std::string& b = out.bytes_;
-  if (b.size() < 8) throw bad_input("{}: truncated safetensors file: {} bytes, the header length alone needs 8", path, b.size());
+  out.data_ = data;
+  out.owner_ = std::move(owner);
+  if (size < 8) throw bad_input("{}: truncated safetensors file: {} bytes, the header length alone needs 8", path, size);
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(b[i]);
+  for (int i = 7; i >= 0; --i) n = (n << 8) | data[i];
   if (n > kMaxHeader) throw bad_input("{}: byte 0: header length {} exceeds the 100 MB limit", path, n);
-  if (8 + n > b.size()) {
-    throw bad_input("{}: byte 0: header length {} runs past the end of the {}-byte file", path, n, b.size());
+  if (8 + n > size) {
+    throw bad_input("{}: byte 0: header length {} runs past the end of the {}-byte file", path, n, size);
   }
   nlohmann::json header;
+  std::string duplicate;
   try {
-    header = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+    // Duplicate names are an error in the format; nlohmann would keep the last silently.
+    std::vector<std::set<std::string>> seen(1);
+    auto cb = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+      if (ev == nlohmann::json::parse_event_t::key && depth == 1) {
+        const std::string k = parsed.get<std::string>();
+        if (!seen[0].insert(k).second && duplicate.empty()) duplicate = k;
+      }
+      return true;
+    };
+    header = nlohmann::json::parse(data + 8, data + 8 + n, cb);
   } catch (const nlohmann::json::parse_error& e) {
     throw bad_input("{}: byte {}: invalid JSON header: {}", path, 8 + e.byte, e.what());
+  } catch (const nlohmann::json::exception& e) {
+    throw bad_input("{}: invalid JSON header: {}", path, e.what());
   }
+  if (!duplicate.empty()) throw bad_input("{}: tensor name '{}' appears twice in the header", path, duplicate);
   if (!header.is_object()) throw bad_input("{}: byte 8: the header must be a JSON object", path);
   out.buffer_start_ = 8 + n;
-  const uint64_t buffer_size = b.size() - out.buffer_start_;
+  const uint64_t buffer_size = size - out.buffer_start_;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     const auto& v = it.value();

@@ -114,7 +114,7 @@ CheckpointData read_checkpoint(const std::string& path) {
   meta.erase(kChecksumKey);
   meta.erase(kFormatKey);
   out.meta = std::move(meta);
-  for (const auto& e : file.entries()) out.tensors.push_back({e.name, io::to_tensor(file, e)});
+  for (const auto& e : file.entries()) out.tensors.push_back({e.name, io::to_tensor(file.array(e), path)});
   return out;
 }
 

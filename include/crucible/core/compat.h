@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -39,6 +40,11 @@ bool autocast_supported(c10::DeviceType device, c10::ScalarType dtype);
 void seed_cpu_generator(uint64_t seed);
 at::Tensor cpu_generator_state();
 void set_cpu_generator_state(const at::Tensor& state);
+
+// Scalar types that only newer libtorch has: unsigned 16/32/64-bit integers (2.3+) and float8
+// e5m2 / e4m3fn (2.1+). nullopt where this libtorch lacks them.
+std::optional<c10::ScalarType> unsigned_scalar_type(int bits);
+std::optional<c10::ScalarType> float8_scalar_type(bool e4m3);
 
 // Intra-op threads for torch kernels.
 void set_num_threads(int threads);

@@ -40,6 +40,10 @@ class AtomicFile {
 // Writes `data` to `path` atomically (AtomicFile in one call).
 void write_file_atomic(const std::string& path, std::string_view data);
 
+// Makes a finished temporary file `tmp` (written by another library) durable as `path`:
+// fsync it, rename it over `path`, fsync the folder. Removes `tmp` on failure.
+void commit_file(const std::string& tmp, const std::string& path);
+
 // Reads a whole file. Throws bad_input naming the path when it is missing or unreadable.
 std::string read_file(const std::string& path);
 

@@ -25,6 +25,9 @@ uint8_t idx_code(DType t);
 // Reads `path`. Throws bad_input naming the file, the byte offset and what was expected for a
 // wrong magic, an unknown type, a truncated file or bytes after the declared data.
 IdxArray read_idx(const std::string& path);
+// The same over bytes in memory (for fuzzing); `name` names them in messages.
+IdxArray parse_idx(const uint8_t* data, size_t size, const std::string& name);
+bool is_gzip(const uint8_t* data, size_t size);
 
 // Writes `array` to `path` atomically, gzip-compressed when `gzip` (for tests and tools).
 void write_idx(const std::string& path, const IdxArray& array, bool gzip);

@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "crucible/io/array.h"
 #include "crucible/io/dtype.h"
 
 namespace crucible::io {
@@ -26,7 +28,11 @@ struct TensorBytes {
 void write_safetensors(const std::string& path, const std::vector<TensorBytes>& tensors,
                        const std::map<std::string, std::string>& metadata);
 
-// A whole safetensors file read into memory and validated.
+// Arrays (any layout) by name; complex dtypes have no safetensors type (bad_input).
+void write_safetensors(const std::string& path, const std::vector<NamedArray>& arrays,
+                       const std::map<std::string, std::string>& metadata);
+
+// A safetensors file mapped into memory (D13) and validated.
 class SafetensorsFile {
  public:
   struct Entry {
@@ -40,18 +46,22 @@ class SafetensorsFile {
   // Reads and validates `path`; throws bad_input naming the file, the byte offset or tensor,
   // and what was expected (truncated file, header past the end, gaps, overlaps, bad dtype).
   static SafetensorsFile read(const std::string& path);
+  // The same over bytes in memory kept alive by `owner` (for fuzzing and zip members).
+  static SafetensorsFile parse(const uint8_t* data, size_t size, const std::string& name,
+                               std::shared_ptr<const void> owner);
 
   const std::vector<Entry>& entries() const { return entries_; }  // sorted by offset
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const Entry* find(const std::string& name) const;
-  const uint8_t* data(const Entry& e) const {
-    return reinterpret_cast<const uint8_t*>(bytes_.data()) + buffer_start_ + e.offset;
-  }
+  const uint8_t* data(const Entry& e) const { return data_ + buffer_start_ + e.offset; }
+  // An entry as an Array viewing the file's bytes.
+  Array array(const Entry& e) const;
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
-  std::string bytes_;  // the whole file
+  const uint8_t* data_ = nullptr;  // the whole file
+  std::shared_ptr<const void> owner_;
   uint64_t buffer_start_ = 0;
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;

@@ -1,0 +1,104 @@
+// `crucible inspect` and `crucible convert` end to end: format from content, JSON output and
+// stats, conversions NumPy reads back, exit code 2 with a precise message for bad input.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace crucible {
+namespace {
+
+using nlohmann::json;
+
+void expect_contains(const std::string& text, const std::string& needle) {
+  EXPECT_NE(text.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << text;
+}
+
+TEST(IoCli, InspectNpzAsJsonWithStats) {
+  test::TempDir d;
+  test::run_python("import numpy as np\n"
+                   "a = np.array([[1.0, np.nan], [np.inf, -2.0]], dtype='<f4')\n"
+                   "np.savez(open('" + (d / "x.data") + "', 'wb'), a=a, b=np.arange(5, dtype='>i2'))\n");
+  auto r = test::run_command({test::crucible_binary(), "inspect", d / "x.data", "--json", "--stats"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["format"], "npz");
+  ASSERT_EQ(j["arrays"].size(), 2u);
+  EXPECT_EQ(j["arrays"][0]["name"], "a");
+  EXPECT_EQ(j["arrays"][0]["dtype"], "float32");
+  EXPECT_EQ(j["arrays"][0]["shape"], json::array({2, 2}));
+  EXPECT_EQ(j["arrays"][0]["stats"]["nan"], 1);
+  EXPECT_EQ(j["arrays"][0]["stats"]["inf"], 1);
+  EXPECT_EQ(j["arrays"][0]["stats"]["min"], -2.0);
+  EXPECT_EQ(j["arrays"][1]["dtype"], "int16");
+  EXPECT_EQ(j["arrays"][1]["stats"]["max"], 4.0);
+  // The human table names every array.
+  r = test::run_command({test::crucible_binary(), "inspect", d / "x.data"});
+  EXPECT_EQ(r.exit_code, 0);
+  expect_contains(r.out, "npz, 2 array(s)");
+  expect_contains(r.out, "[2, 2]");
+}
+
+TEST(IoCli, RawNeedsDtypeAndSizeMustMatchD12) {
+  test::TempDir d;
+  test::run_python("import numpy as np\nnp.arange(40, dtype='<f4').tofile('" + (d / "scan.bin") + "')\n");
+  auto r = test::run_command({test::crucible_binary(), "inspect", d / "scan.bin"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "scan.bin");
+  expect_contains(r.err, "--dtype");
+  r = test::run_command({test::crucible_binary(), "inspect", d / "scan.bin", "--dtype", "float32", "--shape", "-1,4"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  expect_contains(r.out, "[10, 4]");
+  r = test::run_command({test::crucible_binary(), "inspect", d / "scan.bin", "--dtype", "float64", "--shape", "-1,3"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "160 bytes");
+  r = test::run_command({test::crucible_binary(), "inspect", d / "scan.bin", "--dtype", "float33"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "float33");
+}
+
+TEST(IoCli, ConvertChainNumpyReadsBack) {
+  test::TempDir d;
+  test::run_python("import numpy as np\n"
+                   "np.arange(40, dtype='<f4').tofile('" + (d / "scan.bin") + "')\n");
+  auto ok = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), test::crucible_binary());
+    auto r = test::run_command(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r;
+  };
+  ok({"convert", d / "scan.bin", d / "scan.npy", "--dtype", "float32", "--shape", "-1,4"});
+  ok({"convert", d / "scan.npy", d / "scan.safetensors"});
+  ok({"convert", d / "scan.safetensors", d / "scan.npz", "--compress"});
+  ok({"convert", d / "scan.npz", d / "scan.csv"});
+  ok({"convert", d / "scan.csv", d / "back.npy"});
+  EXPECT_EQ(test::run_python("import numpy as np\n"
+                             "a = np.arange(40, dtype='<f4').reshape(10, 4)\n"
+                             "z = np.load('" + (d / "scan.npz") + "')\n"
+                             "b = np.load('" + (d / "back.npy") + "')\n"
+                             "print(z.files, (z['scan'] == a).all(), b.dtype, (b == a).all())\n"),
+            "['scan'] True float64 True\n");
+  auto r = test::run_command({test::crucible_binary(), "convert", d / "scan.npy", d / "out.h5"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, ".h5");
+  r = test::run_command({test::crucible_binary(), "convert", d / "scan.npz", d / "one.npy", "--name", "nope"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "no array named 'nope'");
+}
+
+TEST(IoCli, TruncatedFilesExitTwoNamingFileAndOffset) {
+  test::TempDir d;
+  test::run_python("import numpy as np\n"
+                   "np.save('" + (d / "a.npy") + "', np.zeros((100, 100)))\n"
+                   "b = open('" + (d / "a.npy") + "', 'rb').read()\n"
+                   "open('" + (d / "cut.npy") + "', 'wb').write(b[:5000])\n");
+  auto r = test::run_command({test::crucible_binary(), "inspect", d / "cut.npy"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "cut.npy");
+  expect_contains(r.err, "byte 128");
+  expect_contains(r.err, "needs 80000 data bytes");
+}
+
+}  // namespace
+}  // namespace crucible
