@@ -5,7 +5,9 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CRUCIBLE := $(BUILD_DIR)/crucible
 
-.PHONY: all setup configure build demo test bench clean
+FUZZ_DIR ?= build-fuzz
+
+.PHONY: all setup configure build demo test test-sanitize bench clean
 
 all: build
 
@@ -25,11 +27,21 @@ build: configure
 demo: build
 	@$(CRUCIBLE) train --restart
 
-test: build
+test: build test-sanitize
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200
+
+# The torch-free library and its tests under clang with ASan + UBSan, plus every parser's
+# libFuzzer target: corpus replay and a short bounded fuzzing run each.
+$(FUZZ_DIR)/build.ninja: CMakeLists.txt | setup
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCRUCIBLE_WITH_TORCH=OFF -DCRUCIBLE_FUZZ=ON "-DCRUCIBLE_SANITIZE=address;undefined" >/dev/null
+
+test-sanitize: setup $(FUZZ_DIR)/build.ninja
+	@cmake --build $(FUZZ_DIR) -j $(JOBS)
+	@cd $(FUZZ_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 bench: build
 	@bench/fmnist_vs_pytorch
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR)

@@ -14,9 +14,23 @@
 
 namespace crucible::io {
 
+namespace {
+
+// a * b clamped to INT64_MAX: strides of an empty array may exceed any real size, and
+// readers have already checked the byte count of every non-empty one.
+int64_t mul_sat(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+}  // namespace
+
 int64_t Array::numel() const {
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+  }
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n = mul_sat(n, d);
   return n;
 }
 
@@ -25,16 +39,17 @@ std::vector<int64_t> Array::c_strides(const std::vector<int64_t>& shape) {
   int64_t acc = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     s[i] = acc;
-    acc *= std::max<int64_t>(shape[i], 1);
+    acc = mul_sat(acc, std::max<int64_t>(shape[i], 1));
   }
   return s;
 }
 
 bool Array::is_c_contiguous() const {
+  if (numel() == 0) return true;
   int64_t acc = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     if (shape[i] != 1 && strides[i] != acc) return false;
-    acc *= shape[i];
+    acc = mul_sat(acc, shape[i]);
   }
   return true;
 }

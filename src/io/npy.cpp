@@ -198,7 +198,7 @@ Array parse_npy(const uint8_t* data, size_t size, const std::string& name, std::
     int64_t acc = 1;
     for (size_t i = 0; i < h.shape.size(); ++i) {
       a.strides[i] = acc;
-      acc *= std::max<int64_t>(h.shape[i], 1);
+      if (__builtin_mul_overflow(acc, std::max<int64_t>(h.shape[i], 1), &acc)) acc = INT64_MAX;  // empty arrays only
     }
   } else {
     a.strides = Array::c_strides(h.shape);

@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -27,6 +29,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "storage byte swapping 
 constexpr size_t kMaxDepth = 1000;           // containers nested deeper than this are refused
 constexpr uint64_t kMaxDeflateRatio = 1100;  // deflate expands at most about 1032:1
 constexpr size_t kShownChars = 60;           // string values in `skipped` are cut here
+constexpr size_t kMaxDims = 64;              // tensor dimensions (far above what torch's kernels take)
 
 // A string from the file made safe for one line of a message: control and non-ASCII bytes as
 // \xNN, cut at `cap` bytes.
@@ -291,8 +294,8 @@ class Archive {
       fail_zip(index, fmt::format("declares {} bytes, more than the {}-byte file holds", st.size, source_.size));
     }
     if (st.comp_method != ZIP_CM_STORE && st.size / kMaxDeflateRatio > st.comp_size) {
-      fail_zip(index, fmt::format("claims {} bytes from {} compressed bytes, more than compression can yield",
-                                  st.size, st.comp_size));
+      fail_zip(index, fmt::format("claims {} bytes from {} compressed bytes, more than compression can yield", st.size,
+                                  st.comp_size));
     }
     return st;
   }
@@ -316,7 +319,18 @@ class Archive {
 
 enum class Kind : uint8_t {
   kEmpty,  // an unset memo slot
-  kNone, kBool, kInt, kFloat, kStr, kBytes, kList, kTuple, kDict, kGlobal, kStorage, kTensor,
+  kNone,
+  kBool,
+  kInt,
+  kFloat,
+  kStr,
+  kBytes,
+  kList,
+  kTuple,
+  kDict,
+  kGlobal,
+  kStorage,
+  kTensor,
 };
 
 struct Value {
@@ -327,19 +341,32 @@ struct Value {
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::kEmpty: return "nothing";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kStr: return "str";
-    case Kind::kBytes: return "bytes";
-    case Kind::kList: return "list";
-    case Kind::kTuple: return "tuple";
-    case Kind::kDict: return "dict";
-    case Kind::kGlobal: return "class or function";
-    case Kind::kStorage: return "storage";
-    case Kind::kTensor: return "tensor";
+    case Kind::kEmpty:
+      return "nothing";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kStr:
+      return "str";
+    case Kind::kBytes:
+      return "bytes";
+    case Kind::kList:
+      return "list";
+    case Kind::kTuple:
+      return "tuple";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kGlobal:
+      return "class or function";
+    case Kind::kStorage:
+      return "storage";
+    case Kind::kTensor:
+      return "tensor";
   }
   return "?";
 }
@@ -391,14 +418,16 @@ struct Storage {
   std::shared_ptr<const void> owner;  // null: the input's owner holds the bytes
 };
 
+// A validated _rebuild_tensor_v2 call. Size and stride stay references to their (immutable)
+// tuples, so a crafted pickle that rebuilds many tensors from one tuple costs no copies.
 struct Tensor {
   size_t storage = 0;
   int64_t offset = 0;
-  std::vector<int64_t> shape, strides;
+  size_t shape = 0, strides = 0;  // indices of tuples of non-negative ints in Heap::seqs
 };
 
 struct Heap {
-  std::vector<std::string> strings;  // str and bytes
+  std::vector<std::string> strings;      // str and bytes
   std::vector<std::vector<Value>> seqs;  // lists and tuples
   std::vector<Dict> dicts;
   std::vector<Storage> storages;
@@ -408,33 +437,60 @@ struct Heap {
 // Names the opcodes this reader refuses, for the message.
 const char* refused_opcode_name(uint8_t op) {
   switch (op) {
-    case '2': return "DUP";
-    case 'F': return "FLOAT";
-    case 'I': return "INT";
-    case 'L': return "LONG";
-    case 'P': return "PERSID";
-    case 'S': return "STRING";
-    case 'T': return "BINSTRING";
-    case 'U': return "SHORT_BINSTRING";
-    case 'V': return "UNICODE";
-    case 'd': return "DICT";
-    case 'g': return "GET";
-    case 'i': return "INST";
-    case 'l': return "LIST";
-    case 'o': return "OBJ";
-    case 'p': return "PUT";
-    case 0x82: return "EXT1";
-    case 0x83: return "EXT2";
-    case 0x84: return "EXT4";
-    case 0x8b: return "LONG4";
-    case 0x8f: return "EMPTY_SET";
-    case 0x90: return "ADDITEMS";
-    case 0x91: return "FROZENSET";
-    case 0x92: return "NEWOBJ_EX";
-    case 0x96: return "BYTEARRAY8";
-    case 0x97: return "NEXT_BUFFER";
-    case 0x98: return "READONLY_BUFFER";
-    default: return nullptr;
+    case '2':
+      return "DUP";
+    case 'F':
+      return "FLOAT";
+    case 'I':
+      return "INT";
+    case 'L':
+      return "LONG";
+    case 'P':
+      return "PERSID";
+    case 'S':
+      return "STRING";
+    case 'T':
+      return "BINSTRING";
+    case 'U':
+      return "SHORT_BINSTRING";
+    case 'V':
+      return "UNICODE";
+    case 'd':
+      return "DICT";
+    case 'g':
+      return "GET";
+    case 'i':
+      return "INST";
+    case 'l':
+      return "LIST";
+    case 'o':
+      return "OBJ";
+    case 'p':
+      return "PUT";
+    case 0x82:
+      return "EXT1";
+    case 0x83:
+      return "EXT2";
+    case 0x84:
+      return "EXT4";
+    case 0x8b:
+      return "LONG4";
+    case 0x8f:
+      return "EMPTY_SET";
+    case 0x90:
+      return "ADDITEMS";
+    case 0x91:
+      return "FROZENSET";
+    case 0x92:
+      return "NEWOBJ_EX";
+    case 0x96:
+      return "BYTEARRAY8";
+    case 0x97:
+      return "NEXT_BUFFER";
+    case 0x98:
+      return "READONLY_BUFFER";
+    default:
+      return nullptr;
   }
 }
 
@@ -461,9 +517,10 @@ class PtReader {
     std::string why;
     if (!archive_.open(data_, size_, name_, &why)) {
       if (size_ >= 2 && data_[0] == 0x80 && data_[1] == 0x02) {
-        throw bad_input("{}: the legacy torch.save format (PyTorch before 1.6, or _use_new_zipfile_serialization="
-                        "False), not a zip archive: re-save it with torch.save(obj, path) on a current torch",
-                        name_);
+        throw bad_input(
+            "{}: the legacy torch.save format (PyTorch before 1.6, or _use_new_zipfile_serialization="
+            "False), not a zip archive: re-save it with torch.save(obj, path) on a current torch",
+            name_);
       }
       if (size_ >= 2 && data_[0] == 'P' && data_[1] == 'K') {
         throw bad_input("{}: corrupt or truncated zip archive ({}); expected a complete torch.save file", name_, why);
@@ -474,14 +531,16 @@ class PtReader {
                       head);
     }
     for (const std::string& m : archive_.names()) {
-      const bool constants = m == "constants.pkl" || (m.size() > 14 && m.compare(m.size() - 14, 14, "/constants.pkl") == 0);
+      const bool constants =
+          m == "constants.pkl" || (m.size() > 14 && m.compare(m.size() - 14, 14, "/constants.pkl") == 0);
       const size_t slash = m.find('/');
-      const bool code = m.compare(0, 5, "code/") == 0 ||
-                        (slash != std::string::npos && m.compare(slash + 1, 5, "code/") == 0);
+      const bool code =
+          m.compare(0, 5, "code/") == 0 || (slash != std::string::npos && m.compare(slash + 1, 5, "code/") == 0);
       if (constants || code) {
-        throw bad_input("{}: a TorchScript archive (torch.jit.save; it holds '{}'), not a state_dict: in Python, "
-                        "torch.save(torch.jit.load(path).state_dict(), new_path)",
-                        name_, shown(m));
+        throw bad_input(
+            "{}: a TorchScript archive (torch.jit.save; it holds '{}'), not a state_dict: in Python, "
+            "torch.save(torch.jit.load(path).state_dict(), new_path)",
+            name_, shown(m));
       }
     }
     std::vector<std::string> pkls;
@@ -490,7 +549,8 @@ class PtReader {
     }
     if (pkls.empty()) {
       std::string listed;
-      for (size_t i = 0; i < archive_.names().size() && i < 5; ++i) listed += (i ? ", '" : "'") + shown(archive_.names()[i]) + "'";
+      for (size_t i = 0; i < archive_.names().size() && i < 5; ++i)
+        listed += (i ? ", '" : "'") + shown(archive_.names()[i]) + "'";
       if (archive_.names().size() > 5) listed += ", ...";
       throw bad_input("{}: a zip archive without a '<name>/data.pkl' member, so not a torch.save file (members: {})",
                       name_, listed.empty() ? "none" : listed);
@@ -515,13 +575,15 @@ class PtReader {
     }
   }
 
-  // Resolves a persistent id ('storage', type, key, location, numel) to a storage index.
+  // Resolves a persistent id ('storage', type, key, location, numel) to a storage index. One
+  // storage per (key, type, numel) and one byte buffer per (key, type): tensors that share a
+  // storage share bytes, and a copy (big-endian or misaligned member) is made at most once per
+  // type, so repeated ids cost no memory.
   size_t storage(DType dtype, const std::string& key, const std::string& location, int64_t numel) {
-    auto found = storage_index_.find(key);
-    if (found != storage_index_.end()) {
-      const Storage& s = heap_.storages[found->second];
-      if (s.dtype == dtype && s.numel == static_cast<uint64_t>(numel)) return found->second;
-    }
+    if (location != "cpu" && locations_.size() < 8) locations_.insert(shown(location));
+    const auto id = std::make_tuple(key, dtype, numel);
+    auto found = storage_index_.find(id);
+    if (found != storage_index_.end()) return found->second;
     const std::string member = prefix_ + "data/" + key;
     auto mb = member_bytes_.find(key);
     if (mb == member_bytes_.end()) {
@@ -533,27 +595,31 @@ class PtReader {
     const int64_t dims[1] = {numel};
     const uint64_t nbytes = checked_nbytes(dims, 1, dtype, fmt::format("{}: storage '{}'", name_, shown(key)));
     if (nbytes > bytes.size) {
-      fail(fmt::format("storage '{}' declares {} {} elements ({} bytes), but zip member '{}' holds {} bytes", shown(key),
-                       numel, dtype_name(dtype), nbytes, shown(member), bytes.size));
+      fail(fmt::format("storage '{}' declares {} {} elements ({} bytes), but zip member '{}' holds {} bytes",
+                       shown(key), numel, dtype_name(dtype), nbytes, shown(member), bytes.size));
+    }
+    auto typed = typed_bytes_.find(std::make_pair(key, dtype));
+    if (typed == typed_bytes_.end()) {
+      MemberBytes t = bytes;
+      const size_t item = dtype_size(dtype);
+      const size_t align = dtype_is_complex(dtype) ? item / 2 : item;
+      if (big_endian_ || reinterpret_cast<uintptr_t>(t.data) % align != 0) {  // a private, aligned, native copy
+        const uint64_t count = bytes.size / item;
+        auto copy = std::make_shared<std::vector<uint8_t>>(bytes.data, bytes.data + count * item);
+        if (big_endian_) byteswap(copy->data(), count, dtype);
+        t.data = copy->data();
+        t.owner = copy;
+      }
+      typed = typed_bytes_.emplace(std::make_pair(key, dtype), t).first;
     }
     Storage s;
     s.key = key;
     s.dtype = dtype;
     s.numel = static_cast<uint64_t>(numel);
-    s.data = bytes.data;
-    s.owner = bytes.owner;
-    const size_t item = dtype_size(dtype);
-    const size_t align = dtype_is_complex(dtype) ? item / 2 : item;
-    const bool misaligned = reinterpret_cast<uintptr_t>(s.data) % align != 0;
-    if (big_endian_ || misaligned) {  // a private, aligned, native-order copy
-      auto copy = std::make_shared<std::vector<uint8_t>>(s.data, s.data + nbytes);
-      if (big_endian_) byteswap(copy->data(), s.numel, dtype);
-      s.data = copy->data();
-      s.owner = copy;
-    }
-    if (location != "cpu") locations_.insert(shown(location));
+    s.data = typed->second.data;
+    s.owner = typed->second.owner;
     heap_.storages.push_back(std::move(s));
-    if (found == storage_index_.end()) storage_index_.emplace(key, heap_.storages.size() - 1);
+    storage_index_.emplace(id, heap_.storages.size() - 1);
     return heap_.storages.size() - 1;
   }
 
@@ -640,13 +706,15 @@ class PtReader {
     memo_[index] = top();
   }
   void memo_get(uint64_t index) {
-    if (index >= memo_.size() || memo_[index].kind == Kind::kEmpty) fail(fmt::format("memo index {} was never set", index));
+    if (index >= memo_.size() || memo_[index].kind == Kind::kEmpty)
+      fail(fmt::format("memo index {} was never set", index));
     stack_.push_back(memo_[index]);
   }
 
   Value global(const std::string& module, const std::string& name) {
     for (size_t k = 0; k < sizeof kGlobals / sizeof kGlobals[0]; ++k) {
-      if (module == kGlobals[k].module && name == kGlobals[k].name) return Value{Kind::kGlobal, static_cast<int64_t>(k), 0};
+      if (module == kGlobals[k].module && name == kGlobals[k].name)
+        return Value{Kind::kGlobal, static_cast<int64_t>(k), 0};
     }
     throw bad_input(
         "{}: refused global '{}.{}' at pickle byte {}: only state_dict contents (tensors, containers, numbers, "
@@ -655,17 +723,27 @@ class PtReader {
   }
 
   int64_t int_arg(const Value& v, const char* what) const {
-    if (v.kind != Kind::kInt && v.kind != Kind::kBool) fail(fmt::format("{} must be an int, found a {}", what, kind_name(v.kind)));
+    if (v.kind != Kind::kInt && v.kind != Kind::kBool)
+      fail(fmt::format("{} must be an int, found a {}", what, kind_name(v.kind)));
     return v.i;
   }
-  std::vector<int64_t> ints_arg(const Value& v, const char* what) const {
-    if (v.kind != Kind::kTuple && v.kind != Kind::kList) fail(fmt::format("{} must be a tuple of ints, found a {}", what, kind_name(v.kind)));
+  // A tensor's size or stride: a tuple of at most kMaxDims non-negative ints.
+  std::vector<int64_t> dims_arg(const Value& v, const char* what) const {
+    if (v.kind != Kind::kTuple) fail(fmt::format("{} must be a tuple of ints, found a {}", what, kind_name(v.kind)));
+    const std::vector<Value>& items = seq(v);
+    if (items.size() > kMaxDims)
+      fail(fmt::format("{} has {} dimensions; at most {} are supported", what, items.size(), kMaxDims));
     std::vector<int64_t> out;
-    for (const Value& e : seq(v)) {
+    for (const Value& e : items) {
       const int64_t x = int_arg(e, what);
       if (x < 0) fail(fmt::format("{} holds {}; expected non-negative ints", what, x));
       out.push_back(x);
     }
+    return out;
+  }
+  std::vector<int64_t> dims(size_t seq_index) const {
+    std::vector<int64_t> out;
+    for (const Value& e : heap_.seqs[seq_index]) out.push_back(e.i);
     return out;
   }
 
@@ -675,77 +753,70 @@ class PtReader {
     if (args.size() != 6 && args.size() != 7) {
       fail(fmt::format("_rebuild_tensor_v2 takes 6 or 7 arguments, found {}", args.size()));
     }
-    if (args[0].kind != Kind::kStorage) fail(fmt::format("_rebuild_tensor_v2 expects a storage first, found a {}", kind_name(args[0].kind)));
+    if (args[0].kind != Kind::kStorage)
+      fail(fmt::format("_rebuild_tensor_v2 expects a storage first, found a {}", kind_name(args[0].kind)));
     Tensor t;
     t.storage = static_cast<size_t>(args[0].i);
     t.offset = int_arg(args[1], "the storage offset");
     if (t.offset < 0) fail(fmt::format("storage offset {}; expected a non-negative int", t.offset));
-    t.shape = ints_arg(args[2], "the tensor size");
-    t.strides = ints_arg(args[3], "the tensor stride");
-    if (t.shape.size() != t.strides.size()) {
-      fail(fmt::format("a tensor with {} sizes but {} strides", t.shape.size(), t.strides.size()));
+    const std::vector<int64_t> shape = dims_arg(args[2], "the tensor size");
+    const std::vector<int64_t> strides = dims_arg(args[3], "the tensor stride");
+    t.shape = static_cast<size_t>(args[2].i);
+    t.strides = static_cast<size_t>(args[3].i);
+    if (shape.size() != strides.size()) {
+      fail(fmt::format("a tensor with {} sizes but {} strides", shape.size(), strides.size()));
     }
     int64_t product = 1;  // of the sizes, zeros counted as ones: Array's layout helpers need it
-    for (int64_t d : t.shape) {
+    for (int64_t d : shape) {
       if (__builtin_mul_overflow(product, std::max<int64_t>(d, 1), &product)) {
-        fail(fmt::format("a tensor of size [{}] has more elements than 64 bits count", fmt::join(t.shape, ", ")));
+        fail(fmt::format("a tensor of size [{}] has more elements than 64 bits count", fmt::join(shape, ", ")));
       }
     }
     const Storage& s = heap_.storages[t.storage];
-    const uint64_t nbytes = checked_nbytes(t.shape.data(), t.shape.size(), s.dtype,
+    const uint64_t nbytes = checked_nbytes(shape.data(), shape.size(), s.dtype,
                                            fmt::format("{}: {} byte {}: tensor", name_, shown(pkl_member_), op_pos_));
     if (nbytes > 0) {
       // The last element sits at offset + sum((size - 1) * stride); it must lie in the storage.
       uint64_t last = static_cast<uint64_t>(t.offset);
       bool overflow = false;
-      for (size_t d = 0; d < t.shape.size(); ++d) {
+      for (size_t d = 0; d < shape.size(); ++d) {
         uint64_t step = 0;
-        overflow |= __builtin_mul_overflow(static_cast<uint64_t>(t.shape[d] - 1), static_cast<uint64_t>(t.strides[d]), &step);
+        overflow |=
+            __builtin_mul_overflow(static_cast<uint64_t>(shape[d] - 1), static_cast<uint64_t>(strides[d]), &step);
         overflow |= __builtin_add_overflow(last, step, &last);
       }
       if (overflow || last >= s.numel) {
         fail(fmt::format("a tensor of size [{}], stride [{}], offset {} reaches past the {} elements of storage '{}'",
-                         fmt::join(t.shape, ", "), fmt::join(t.strides, ", "), t.offset, s.numel, shown(s.key)));
+                         fmt::join(shape, ", "), fmt::join(strides, ", "), t.offset, s.numel, shown(s.key)));
       }
     }
-    heap_.tensors.push_back(std::move(t));
+    heap_.tensors.push_back(t);
     return Value{Kind::kTensor, static_cast<int64_t>(heap_.tensors.size() - 1), 0};
   }
 
   // REDUCE and NEWOBJ: calls one of the allowed globals on `args`.
   Value call(const Value& fn, const Value& args_value, const char* opcode) {
-    if (fn.kind != Kind::kGlobal) fail(fmt::format("{} calls a {}; expected an allowed class or function", opcode, kind_name(fn.kind)));
-    if (args_value.kind != Kind::kTuple) fail(fmt::format("{} arguments must be a tuple, found a {}", opcode, kind_name(args_value.kind)));
-    const std::vector<Value> args = seq(args_value);
+    if (fn.kind != Kind::kGlobal)
+      fail(fmt::format("{} calls a {}; expected an allowed class or function", opcode, kind_name(fn.kind)));
+    if (args_value.kind != Kind::kTuple)
+      fail(fmt::format("{} arguments must be a tuple, found a {}", opcode, kind_name(args_value.kind)));
+    const std::vector<Value>& args = seq(args_value);  // stays valid: no call adds a seq before reading args
     const Callable c = kGlobals[static_cast<size_t>(fn.i)].callable;
     const bool newobj = std::strcmp(opcode, "NEWOBJ") == 0;
     if (newobj && c != Callable::kOrderedDict && c != Callable::kSize) {
       fail(fmt::format("NEWOBJ of {} is not supported", global_name(fn.i)));
     }
     switch (c) {
-      case Callable::kOrderedDict: {
-        Value d = new_dict(true);
-        if (args.empty()) return d;
-        if (args.size() == 1 && (args[0].kind == Kind::kList || args[0].kind == Kind::kTuple)) {
-          for (const Value& pair : seq(args[0])) {
-            if ((pair.kind != Kind::kTuple && pair.kind != Kind::kList) || seq(pair).size() != 2) {
-              fail("OrderedDict's argument must be a list of (key, value) pairs");
-            }
-            set_item(d, seq(pair)[0], seq(pair)[1]);
-          }
-          return d;
-        }
-        fail(fmt::format("OrderedDict called with {} arguments; expected none or a list of pairs", args.size()));
-      }
-      case Callable::kSize: {
+      case Callable::kOrderedDict:  // torch pickles OrderedDict() and fills it with SETITEMS
+        if (!args.empty()) fail(fmt::format("OrderedDict called with {} arguments; expected none", args.size()));
+        return new_dict(true);
+      case Callable::kSize:  // torch.Size((2, 3)) is the tuple itself (tuples are immutable)
         if (args.empty()) return new_seq(Kind::kTuple, {});
-        if (args.size() == 1 && (args[0].kind == Kind::kTuple || args[0].kind == Kind::kList)) {
-          std::vector<Value> dims = seq(args[0]);
-          for (const Value& d : dims) int_arg(d, "a torch.Size entry");
-          return new_seq(Kind::kTuple, std::move(dims));
+        if (args.size() == 1 && args[0].kind == Kind::kTuple) {
+          for (const Value& d : seq(args[0])) int_arg(d, "a torch.Size entry");
+          return args[0];
         }
         fail("torch.Size expects one tuple of ints");
-      }
       case Callable::kRebuildTensorV2:
         return rebuild_tensor(args);
       case Callable::kRebuildParameter:
@@ -761,10 +832,16 @@ class PtReader {
 
   void set_item(const Value& dict, const Value& key, const Value& value) {
     switch (key.kind) {
-      case Kind::kNone: case Kind::kBool: case Kind::kInt: case Kind::kFloat: case Kind::kStr: case Kind::kBytes:
+      case Kind::kNone:
+      case Kind::kBool:
+      case Kind::kInt:
+      case Kind::kFloat:
+      case Kind::kStr:
+      case Kind::kBytes:
         break;
       default:
-        fail(fmt::format("a dict key that is a {}; expected str, int, float, bool, bytes or None", kind_name(key.kind)));
+        fail(
+            fmt::format("a dict key that is a {}; expected str, int, float, bool, bytes or None", kind_name(key.kind)));
     }
     heap_.dicts[static_cast<size_t>(dict.i)].items.emplace_back(key, value);
   }
@@ -786,10 +863,12 @@ class PtReader {
     const std::vector<Value>& t = seq(pid);
     if (t[0].kind != Kind::kStr || str(t[0]) != "storage") fail("a persistent id that is not a ('storage', ...) tuple");
     if (t[1].kind != Kind::kGlobal || kGlobals[static_cast<size_t>(t[1].i)].callable != Callable::kStorageType) {
-      fail(fmt::format("a storage whose type is a {}; expected torch.FloatStorage or another storage class", kind_name(t[1].kind)));
+      fail(fmt::format("a storage whose type is a {}; expected torch.FloatStorage or another storage class",
+                       kind_name(t[1].kind)));
     }
     if (t[2].kind != Kind::kStr) fail(fmt::format("a storage key that is a {}; expected a str", kind_name(t[2].kind)));
-    if (t[3].kind != Kind::kStr) fail(fmt::format("a storage location that is a {}; expected a str", kind_name(t[3].kind)));
+    if (t[3].kind != Kind::kStr)
+      fail(fmt::format("a storage location that is a {}; expected a str", kind_name(t[3].kind)));
     const int64_t numel = int_arg(t[4], "the storage's element count");
     if (numel < 0) fail(fmt::format("a storage of {} elements", numel));
     const size_t s = storage(kGlobals[static_cast<size_t>(t[1].i)].dtype, str(t[2]), str(t[3]), numel);
@@ -842,8 +921,8 @@ class PtReader {
         case 't':  // TUPLE
           stack_.push_back(new_seq(Kind::kTuple, pop_mark()));
           break;
-        case 0x85:  // TUPLE1
-        case 0x86:  // TUPLE2
+        case 0x85:    // TUPLE1
+        case 0x86:    // TUPLE2
         case 0x87: {  // TUPLE3
           std::vector<Value> items(static_cast<size_t>(op - 0x84));
           for (size_t k = items.size(); k-- > 0;) items[k] = pop();
@@ -933,7 +1012,8 @@ class PtReader {
           const Value state = pop();
           const Value& obj = top();
           if (obj.kind != Kind::kDict || !heap_.dicts[static_cast<size_t>(obj.i)].ordered) {
-            fail(fmt::format("BUILD sets the state of a {}; only an OrderedDict's (ignored) is accepted", kind_name(obj.kind)));
+            fail(fmt::format("BUILD sets the state of a {}; only an OrderedDict's (ignored) is accepted",
+                             kind_name(obj.kind)));
           }
           if (state.kind != Kind::kDict && state.kind != Kind::kTuple && state.kind != Kind::kNone) {
             fail(fmt::format("BUILD with a {} state; expected a dict, tuple or None", kind_name(state.kind)));
@@ -963,7 +1043,8 @@ class PtReader {
         }
         case 'u': {  // SETITEMS
           std::vector<Value> items = pop_mark();
-          if (items.size() % 2 != 0) fail(fmt::format("SETITEMS with {} values; expected key, value pairs", items.size()));
+          if (items.size() % 2 != 0)
+            fail(fmt::format("SETITEMS with {} values; expected key, value pairs", items.size()));
           const Value d = dict_top("SETITEMS");
           for (size_t k = 0; k < items.size(); k += 2) set_item(d, items[k], items[k + 1]);
           break;
@@ -987,9 +1068,10 @@ class PtReader {
         default: {
           const char* known = refused_opcode_name(op);
           if (known != nullptr) {
-            fail(fmt::format("unsupported pickle opcode {} (0x{:02x}); a torch.save state_dict needs only protocol 2-5 "
-                             "container, number, string, global and persistent-id opcodes",
-                             known, op));
+            fail(
+                fmt::format("unsupported pickle opcode {} (0x{:02x}); a torch.save state_dict needs only protocol 2-5 "
+                            "container, number, string, global and persistent-id opcodes",
+                            known, op));
           }
           fail(fmt::format("unknown pickle opcode 0x{:02x}; expected a protocol 2-5 opcode", op));
         }
@@ -1006,25 +1088,36 @@ class PtReader {
   // A dict key as a name part: str as is, int in decimal, the rest as Python prints them.
   std::string key_text(const Value& k) const {
     switch (k.kind) {
-      case Kind::kStr: return str(k);
-      case Kind::kInt: return std::to_string(k.i);
-      case Kind::kBool: return k.i ? "True" : "False";
-      case Kind::kNone: return "None";
-      case Kind::kFloat: return python_float(k.f);
-      case Kind::kBytes: return "b'" + shown(str(k), str(k).size()) + "'";
-      default: return "?";  // set_item admits only the kinds above
+      case Kind::kStr:
+        return str(k);
+      case Kind::kInt:
+        return std::to_string(k.i);
+      case Kind::kBool:
+        return k.i ? "True" : "False";
+      case Kind::kNone:
+        return "None";
+      case Kind::kFloat:
+        return python_float(k.f);
+      case Kind::kBytes:
+        return "b'" + shown(str(k), str(k).size()) + "'";
+      default:
+        return "?";  // set_item admits only the kinds above
     }
   }
 
   void count_visit(const std::string& path) {
     if (++visits_ > visit_budget_) {
-      fail_at(path.substr(0, 200), fmt::format("the pickle expands to more than {} values (a container referenced "
-                                               "many times)", visit_budget_));
+      fail_at(path.substr(0, 200), fmt::format("the pickle expands to more than {} values (shared containers "
+                                               "referenced many times?)",
+                                               visit_budget_));
     }
   }
   void count_bytes(size_t n, const std::string& path) {
     name_bytes_ += n;
-    if (name_bytes_ > name_budget_) fail_at(path.substr(0, 200), fmt::format("the flattened names exceed {} bytes", name_budget_));
+    if (name_bytes_ > name_budget_)
+      fail_at(path.substr(0, 200), fmt::format("the flattened names exceed {} bytes (deep nesting or shared "
+                                               "containers referenced many times?)",
+                                               name_budget_));
   }
 
   void skip(const std::string& path, const std::string& what) {
@@ -1038,7 +1131,8 @@ class PtReader {
   }
 
   void walk(const Value& v, const std::string& path, size_t depth) {
-    if (depth > kMaxDepth) fail_at(path.substr(0, 200), fmt::format("containers nested deeper than {} levels", kMaxDepth));
+    if (depth > kMaxDepth)
+      fail_at(path.substr(0, 200), fmt::format("containers nested deeper than {} levels", kMaxDepth));
     count_visit(path);
     switch (v.kind) {
       case Kind::kTensor: {
@@ -1048,9 +1142,10 @@ class PtReader {
         NamedArray a;
         a.name = path;
         a.array.dtype = s.dtype;
-        a.array.shape = t.shape;
-        a.array.strides = t.strides;
-        const bool empty = std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end();
+        a.array.shape = dims(t.shape);
+        a.array.strides = dims(t.strides);
+        count_bytes(a.name.size() + 16 * a.array.shape.size() + sizeof(NamedArray), path);
+        const bool empty = std::find(a.array.shape.begin(), a.array.shape.end(), 0) != a.array.shape.end();
         a.array.data = empty ? s.data : s.data + static_cast<uint64_t>(t.offset) * dtype_size(s.dtype);
         a.array.owner = s.owner != nullptr ? s.owner : owner_;
         out_.tensors.push_back(std::move(a));
@@ -1138,7 +1233,8 @@ class PtReader {
     } else {
       walk(root, "value", 0);
     }
-    if (stripped_ > 0) out_.notes.push_back(fmt::format("stripped the DDP prefix 'module.' from {} names (X4)", stripped_));
+    if (stripped_ > 0)
+      out_.notes.push_back(fmt::format("stripped the DDP prefix 'module.' from {} names (X4)", stripped_));
     if (!locations_.empty()) {
       out_.notes.push_back(fmt::format("storages saved on {} read to CPU (T13)", fmt::join(locations_, ", ")));
     }
@@ -1157,9 +1253,10 @@ class PtReader {
   std::string prefix_;
   int64_t pkl_index_ = -1;
   bool big_endian_ = false;
-  std::unordered_map<std::string, MemberBytes> member_bytes_;  // by storage key
-  std::unordered_map<std::string, size_t> storage_index_;     // by storage key: the first storage
-  std::set<std::string> locations_;                           // other than "cpu"
+  std::unordered_map<std::string, MemberBytes> member_bytes_;         // by storage key
+  std::map<std::pair<std::string, DType>, MemberBytes> typed_bytes_;  // native order, aligned
+  std::map<std::tuple<std::string, DType, int64_t>, size_t> storage_index_;
+  std::set<std::string> locations_;  // other than "cpu" (the first 8)
 
   // Unpickler.
   const uint8_t* p_ = nullptr;
