@@ -531,12 +531,11 @@ class PtReader {
                       head);
     }
     for (const std::string& m : archive_.names()) {
-      const bool constants =
-          m == "constants.pkl" || (m.size() > 14 && m.compare(m.size() - 14, 14, "/constants.pkl") == 0);
+      // torch.jit.save writes <stem>/constants.pkl and <stem>/code/; torch.save never does (a
+      // torch.save file named code.pt holds code/data.pkl, which is fine).
       const size_t slash = m.find('/');
-      const bool code =
-          m.compare(0, 5, "code/") == 0 || (slash != std::string::npos && m.compare(slash + 1, 5, "code/") == 0);
-      if (constants || code) {
+      if (slash == std::string::npos) continue;
+      if (m.compare(slash + 1, std::string::npos, "constants.pkl") == 0 || m.compare(slash + 1, 5, "code/") == 0) {
         throw bad_input(
             "{}: a TorchScript archive (torch.jit.save; it holds '{}'), not a state_dict: in Python, "
             "torch.save(torch.jit.load(path).state_dict(), new_path)",
@@ -603,7 +602,7 @@ class PtReader {
       MemberBytes t = bytes;
       const size_t item = dtype_size(dtype);
       const size_t align = dtype_is_complex(dtype) ? item / 2 : item;
-      if (big_endian_ || reinterpret_cast<uintptr_t>(t.data) % align != 0) {  // a private, aligned, native copy
+      if ((big_endian_ && item > 1) || reinterpret_cast<uintptr_t>(t.data) % align != 0) {  // a private copy
         const uint64_t count = bytes.size / item;
         auto copy = std::make_shared<std::vector<uint8_t>>(bytes.data, bytes.data + count * item);
         if (big_endian_) byteswap(copy->data(), count, dtype);

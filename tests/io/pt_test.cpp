@@ -38,6 +38,11 @@ const char* kPyDescribe =
     "    m(torch.randn(5, 2, 3, 3))  # train mode: running stats and num_batches_tracked move\n"
     "    return m\n";
 
+// Runs kPyDescribe, then `body` with D = the folder of `d` (ending in '/'); returns stdout.
+std::string python(const test::TempDir& d, const std::string& body) {
+  return test::run_python(std::string(kPyDescribe) + "D = '" + d.path() + "/'\n" + body);
+}
+
 std::string hex(const std::vector<uint8_t>& bytes) {
   static const char* kDigits = "0123456789abcdef";
   std::string s;
@@ -74,12 +79,10 @@ bool exists(const std::string& path) {
 
 TEST(Pt, ModelStateDictMatchesPyTorch) {
   test::TempDir d;
-  const std::string out = test::run_python(std::string(kPyDescribe) +
-                                           "sd = model().state_dict()\n"
-                                           "torch.save(sd, '" +
-                                           (d / "m.pt") +
-                                           "')\n"
-                                           "describe(sd)\n");
+  const std::string out = python(d,
+                                 "sd = model().state_dict()\n"
+                                 "torch.save(sd, D + 'm.pt')\n"
+                                 "describe(sd)\n");
   const PtContents c = read_pt(d / "m.pt");
   expect_tensors(c, out);
   ASSERT_EQ(c.tensors.size(), 9u);
@@ -92,14 +95,12 @@ TEST(Pt, ModelStateDictMatchesPyTorch) {
 
 TEST(Pt, DataParallelPrefixIsStrippedAndReported) {
   test::TempDir d;
-  const std::string out = test::run_python(std::string(kPyDescribe) +
-                                           "m = model()\n"
-                                           "dp = torch.nn.DataParallel(m).state_dict()\n"
-                                           "assert all(k.startswith('module.') for k in dp)\n"
-                                           "torch.save(dp, '" +
-                                           (d / "dp.pt") +
-                                           "')\n"
-                                           "describe(m.state_dict())\n");
+  const std::string out = python(d,
+                                 "m = model()\n"
+                                 "dp = torch.nn.DataParallel(m).state_dict()\n"
+                                 "assert all(k.startswith('module.') for k in dp)\n"
+                                 "torch.save(dp, D + 'dp.pt')\n"
+                                 "describe(m.state_dict())\n");
   const PtContents c = read_pt(d / "dp.pt");
   expect_tensors(c, out);
   ASSERT_EQ(c.notes.size(), 1u);
@@ -108,20 +109,17 @@ TEST(Pt, DataParallelPrefixIsStrippedAndReported) {
 
 TEST(Pt, NestedCheckpointFlattensWithSkippedValues) {
   test::TempDir d;
-  const std::string out =
-      test::run_python(std::string(kPyDescribe) +
-                       "m = model()\n"
-                       "opt = torch.optim.Adam(m.parameters(), lr=1e-3)\n"
-                       "m(torch.randn(5, 2, 3, 3)).sum().backward()\n"
-                       "opt.step()\n"
-                       "ck = {'model': m.state_dict(), 'optimizer': opt.state_dict(), 'epoch': 3}\n"
-                       "torch.save(ck, '" +
-                       (d / "ck.pt") +
-                       "')\n"
-                       "flat = {'model.' + k: v for k, v in ck['model'].items()}\n"
-                       "for i, st in ck['optimizer']['state'].items():\n"
-                       "    flat.update({'optimizer.state.%d.%s' % (i, k): v for k, v in st.items()})\n"
-                       "describe(flat)\n");
+  const std::string out = python(d,
+                                 "m = model()\n"
+                                 "opt = torch.optim.Adam(m.parameters(), lr=1e-3)\n"
+                                 "m(torch.randn(5, 2, 3, 3)).sum().backward()\n"
+                                 "opt.step()\n"
+                                 "ck = {'model': m.state_dict(), 'optimizer': opt.state_dict(), 'epoch': 3}\n"
+                                 "torch.save(ck, D + 'ck.pt')\n"
+                                 "flat = {'model.' + k: v for k, v in ck['model'].items()}\n"
+                                 "for i, st in ck['optimizer']['state'].items():\n"
+                                 "    flat.update({'optimizer.state.%d.%s' % (i, k): v for k, v in st.items()})\n"
+                                 "describe(flat)\n");
   const PtContents c = read_pt(d / "ck.pt");
   expect_tensors(c, out);
   EXPECT_TRUE(contains(c.skipped, "epoch: int 3"));
@@ -138,23 +136,17 @@ TEST(Pt, NestedCheckpointFlattensWithSkippedValues) {
 TEST(Pt, EveryDtypeMatchesPyTorch) {
   test::TempDir d;
   const std::string out =
-      test::run_python(std::string(kPyDescribe) +
-                       "x = torch.randn(2, 3) * 100\n"
-                       "t = {'f32': x, 'f64': x.double(), 'f16': x.half(), 'bf16': x.bfloat16(),\n"
-                       "     'i64': x.long() * 1000003, 'i32': x.int(), 'i16': x.short(), 'i8': x.to(torch.int8),\n"
-                       "     'u8': x.to(torch.uint8), 'bool': x > 0,\n"
-                       "     'c64': torch.complex(x, -x), 'c128': torch.complex(x.double(), x.double() / 3),\n"
-                       "     'param': torch.nn.Parameter(x[0].clone())}\n"  // _rebuild_parameter
-                       "torch.save(t, '" +
-                       (d / "dtypes.pt") +
-                       "')\n"
-                       "torch.save(t, '" +
-                       (d / "dtypes4.pt") +
-                       "', pickle_protocol=4)\n"
-                       "torch.save(t, '" +
-                       (d / "dtypes5.pt") +
-                       "', pickle_protocol=5)\n"
-                       "describe(t)\n");
+      python(d,
+             "x = torch.randn(2, 3) * 100\n"
+             "t = {'f32': x, 'f64': x.double(), 'f16': x.half(), 'bf16': x.bfloat16(),\n"
+             "     'i64': x.long() * 1000003, 'i32': x.int(), 'i16': x.short(),\n"
+             "     'i8': x.to(torch.int8), 'u8': x.to(torch.uint8), 'bool': x > 0,\n"
+             "     'c64': torch.complex(x, -x), 'c128': torch.complex(x.double(), x.double() / 3),\n"
+             "     'param': torch.nn.Parameter(x[0].clone())}  # _rebuild_parameter\n"
+             "torch.save(t, D + 'dtypes.pt')\n"
+             "torch.save(t, D + 'dtypes4.pt', pickle_protocol=4)\n"
+             "torch.save(t, D + 'dtypes5.pt', pickle_protocol=5)\n"
+             "describe(t)\n");
   for (const char* f : {"dtypes.pt", "dtypes4.pt", "dtypes5.pt"}) {  // protocol 4+: FRAME, MEMOIZE, STACK_GLOBAL
     SCOPED_TRACE(f);
     const PtContents c = read_pt(d / f);
@@ -165,13 +157,11 @@ TEST(Pt, EveryDtypeMatchesPyTorch) {
 
 TEST(Pt, SharedStorageReadsAsViews) {
   test::TempDir d;
-  const std::string out = test::run_python(std::string(kPyDescribe) +
-                                           "a = torch.arange(12.)\n"
-                                           "t = {'a': a, 'v': a[2:5], 't': a.view(3, 4).t()}\n"
-                                           "torch.save(t, '" +
-                                           (d / "views.pt") +
-                                           "')\n"
-                                           "describe(t)\n");
+  const std::string out = python(d,
+                                 "a = torch.arange(12.)\n"
+                                 "t = {'a': a, 'v': a[2:5], 't': a.view(3, 4).t()}\n"
+                                 "torch.save(t, D + 'views.pt')\n"
+                                 "describe(t)\n");
   const PtContents c = read_pt(d / "views.pt");
   expect_tensors(c, out);
   ASSERT_EQ(c.tensors.size(), 3u);
@@ -191,15 +181,11 @@ TEST(Pt, SharedStorageReadsAsViews) {
 
 TEST(Pt, ZeroDimAndEmptyTensors) {
   test::TempDir d;
-  const std::string out = test::run_python(std::string(kPyDescribe) +
-                                           "t = {'s': torch.tensor(2.5), 'e': torch.zeros(0, 3), 'n': torch.empty(0)}\n"
-                                           "torch.save(t, '" +
-                                           (d / "z.pt") +
-                                           "')\n"
-                                           "torch.save(torch.tensor([1, 2], dtype=torch.int32), '" +
-                                           (d / "one.pt") +
-                                           "')\n"
-                                           "describe(t)\n");
+  const std::string out = python(d,
+                                 "t = {'s': torch.tensor(2.5), 'e': torch.zeros(0, 3), 'n': torch.empty(0)}\n"
+                                 "torch.save(t, D + 'z.pt')\n"
+                                 "torch.save(torch.tensor([1, 2], dtype=torch.int32), D + 'one.pt')\n"
+                                 "describe(t)\n");
   const PtContents c = read_pt(d / "z.pt");
   expect_tensors(c, out);
   ASSERT_EQ(c.tensors.size(), 3u);
@@ -214,7 +200,7 @@ TEST(Pt, ZeroDimAndEmptyTensors) {
 
 TEST(Pt, ParseFromMemoryViewsTheBuffer) {
   test::TempDir d;
-  test::run_python(std::string(kPyDescribe) + "torch.save(model().state_dict(), '" + (d / "m.pt") + "')\n");
+  python(d, "torch.save(model().state_dict(), D + 'm.pt')\n");
   auto bytes = std::make_shared<std::string>(test::read_text(d / "m.pt"));
   const auto* begin = reinterpret_cast<const uint8_t*>(bytes->data());
   const PtContents c = parse_pt(begin, bytes->size(), "m.pt", bytes);
@@ -230,39 +216,30 @@ TEST(Pt, RezippedBigEndianAndCudaFilesRead) {
   // Python's zipfile writes unaligned (deflated or stored) members; a big-endian writer's file
   // has byteorder 'big' and swapped elements; a GPU file has location 'cuda:0'.
   test::TempDir d;
-  const std::string out = test::run_python(
-      std::string(kPyDescribe) +
-      "import zipfile, numpy as np, torch.serialization as ser\n"
-      "x = torch.randn(3, 5)\n"
-      "t = {'f32': x, 'i64': x.long(), 'f16': x.half(), 'bf16': x.bfloat16(), 'c64': torch.complex(x, x * 2),\n"
-      "     'c128': torch.complex(x, x).double(), 'bool': x > 0, 'slice': x.t()[1:]}\n"
-      "items = [4, 8, 2, 2, 4, 8, 1]  # bytes swapped per storage key '0'..'6' (complex: per half)\n"
-      "src = '" +
-      (d / "le.pt") +
-      "'\n"
-      "torch.save(t, src)\n"
-      "with zipfile.ZipFile(src) as zin:\n"
-      "    names = zin.namelist()\n"
-      "    with zipfile.ZipFile('" +
-      (d / "deflated.pt") +
-      "', 'w', zipfile.ZIP_DEFLATED) as z:\n"
-      "        for n in names: z.writestr(n, zin.read(n))\n"
-      "    with zipfile.ZipFile('" +
-      (d / "big.pt") +
-      "', 'w') as z:\n"
-      "        for n in names:\n"
-      "            b = zin.read(n)\n"
-      "            if '/data/' in n:\n"
-      "                w = items[int(n.rsplit('/', 1)[1])]\n"
-      "                b = np.frombuffer(b, 'u%d' % w).byteswap().tobytes() if w > 1 else b\n"
-      "            z.writestr(n, b)\n"
-      "        z.writestr(names[0].split('/')[0] + '/byteorder', 'big')\n"
-      "ser.location_tag = lambda s: 'cuda:0'\n"
-      "torch.save(t, '" +
-      (d / "cuda.pt") +
-      "')\n"
-      "assert [k for k in t] == ['f32', 'i64', 'f16', 'bf16', 'c64', 'c128', 'bool', 'slice']\n"
-      "describe(t)\n");
+  const std::string out =
+      python(d,
+             "import zipfile, numpy as np, torch.serialization as ser\n"
+             "x = torch.randn(3, 5)\n"
+             "t = {'f32': x, 'i64': x.long(), 'f16': x.half(), 'bf16': x.bfloat16(), 'c64': torch.complex(x, x * 2),\n"
+             "     'c128': torch.complex(x, x).double(), 'bool': x > 0, 'slice': x.t()[1:]}\n"
+             "assert list(t) == ['f32', 'i64', 'f16', 'bf16', 'c64', 'c128', 'bool', 'slice']\n"
+             "swap = [4, 8, 2, 2, 4, 8, 1]  # bytes reversed per element of storage '0'..'6' (complex: per half)\n"
+             "torch.save(t, D + 'le.pt')\n"
+             "with zipfile.ZipFile(D + 'le.pt') as zin:\n"
+             "    names = zin.namelist()\n"
+             "    with zipfile.ZipFile(D + 'deflated.pt', 'w', zipfile.ZIP_DEFLATED) as z:\n"
+             "        for n in names: z.writestr(n, zin.read(n))\n"
+             "    with zipfile.ZipFile(D + 'big.pt', 'w') as z:\n"
+             "        for n in names:\n"
+             "            b = zin.read(n)\n"
+             "            if '/data/' in n:\n"
+             "                w = swap[int(n.rsplit('/', 1)[1])]\n"
+             "                b = np.frombuffer(b, 'u%d' % w).byteswap().tobytes() if w > 1 else b\n"
+             "            z.writestr(n, b)\n"
+             "        z.writestr(names[0].split('/')[0] + '/byteorder', 'big')\n"
+             "ser.location_tag = lambda s: 'cuda:0'\n"
+             "torch.save(t, D + 'cuda.pt')\n"
+             "describe(t)\n");
   for (const char* f : {"le.pt", "deflated.pt", "big.pt", "cuda.pt"}) {
     SCOPED_TRACE(f);
     const PtContents c = read_pt(d / f);
@@ -280,14 +257,11 @@ TEST(Pt, RezippedBigEndianAndCudaFilesRead) {
 TEST(PtRefuses, MaliciousPickleWithoutRunningIt) {
   test::TempDir d;
   const std::string marker = d / "marker";
-  test::run_python(
-      "import os, torch\n"
-      "class Evil:\n"
-      "    def __reduce__(self): return (os.system, ('touch " +
-      marker +
-      "',))\n"
-      "torch.save({'w': torch.ones(2), 'x': Evil()}, '" +
-      (d / "evil.pt") + "')\n");
+  python(d,
+         "import os\n"
+         "class Evil:\n"
+         "    def __reduce__(self): return (os.system, ('touch ' + D + 'marker',))\n"
+         "torch.save({'w': torch.ones(2), 'x': Evil()}, D + 'evil.pt')\n");
   ASSERT_FALSE(exists(marker));
   test::expect_bad_input([&] { read_pt(d / "evil.pt"); },
                          {"evil.pt", "refused global 'posix.system' at pickle byte",
@@ -297,17 +271,12 @@ TEST(PtRefuses, MaliciousPickleWithoutRunningIt) {
 
 TEST(PtRefuses, TruncatedNonZipTorchScriptAndLegacyFiles) {
   test::TempDir d;
-  test::run_python(
-      "import torch\n"
-      "m = torch.nn.Linear(2, 2)\n"
-      "torch.save(m.state_dict(), '" +
-      (d / "m.pt") +
-      "')\n"
-      "torch.save(m.state_dict(), '" +
-      (d / "legacy.pt") +
-      "', _use_new_zipfile_serialization=False)\n"
-      "torch.jit.save(torch.jit.script(m), '" +
-      (d / "script.pt") + "')\n");
+  python(d,
+         "m = torch.nn.Linear(2, 2)\n"
+         "torch.save(m.state_dict(), D + 'm.pt')\n"
+         "torch.save(m.state_dict(), D + 'code.pt')  # its folder is code/, yet not TorchScript\n"
+         "torch.save(m.state_dict(), D + 'legacy.pt', _use_new_zipfile_serialization=False)\n"
+         "torch.jit.save(torch.jit.script(m), D + 'script.pt')\n");
   const std::string raw = test::read_text(d / "m.pt");
   for (size_t cut : {size_t{10}, size_t{200}, raw.size() / 2, raw.size() - 23, raw.size() - 1}) {
     SCOPED_TRACE(cut);
@@ -320,6 +289,7 @@ TEST(PtRefuses, TruncatedNonZipTorchScriptAndLegacyFiles) {
   test::expect_bad_input([&] { read_pt(d / "empty.pt"); }, {"empty.pt", "empty file"});
   test::expect_bad_input([&] { read_pt(d / "script.pt"); },
                          {"script.pt", "TorchScript archive", "torch.jit.save", "not a state_dict"});
+  EXPECT_EQ(read_pt(d / "code.pt").tensors.size(), 2u);
   test::expect_bad_input([&] { read_pt(d / "legacy.pt"); },
                          {"legacy.pt", "legacy torch.save format", "re-save it with torch.save(obj, path)"});
   test::expect_bad_input([&] { read_pt(d / "missing.pt"); }, {"missing.pt"});
@@ -328,11 +298,10 @@ TEST(PtRefuses, TruncatedNonZipTorchScriptAndLegacyFiles) {
 TEST(PtRefuses, CraftedPicklesFailPrecisely) {
   // Each file: a zip holding archive/data.pkl (the bytes below) and a 16-byte archive/data/0.
   test::TempDir d;
+  const std::string folder = "D = '" + d.path() + "/'\n";
   test::run_python(
+      folder +
       "import struct, zipfile\n"
-      "D = '" +
-      d.path() +
-      "/'\n"
       "def s(x): b = x.encode(); return b'X' + struct.pack('<I', len(b)) + b\n"
       "def i(n): return b'J' + struct.pack('<i', n)\n"
       "def g(m, n): return b'c' + m.encode() + b'\\n' + n.encode() + b'\\n'\n"
@@ -368,6 +337,9 @@ TEST(PtRefuses, CraftedPicklesFailPrecisely) {
       "save('underflow', b'\\x80\\x02s.')\n"
       "save('build', b'\\x80\\x02]}b.')\n"
       "save('utf8', b'\\x80\\x02X\\x02\\x00\\x00\\x00\\xc3\\x28.')\n"
+      "save('dims', sd(('w', tensor(storage('0', 4), 0, [1] * 65, [1] * 65))))\n"
+      "save('size_list', sd(('w', g('torch._utils', '_rebuild_tensor_v2') + b'(' + storage('0', 4) + i(0) +\n"
+      "                            b']K\\x02a(K\\x01t\\x89}tR')))\n"
       "save('proto', b'\\x80\\x09.')\n"
       "save('call_storage', b'\\x80\\x02ctorch\\nFloatStorage\\n)R.')\n"
       "save('no_pkl', None, {'notes.txt': b'hi'})\n"
@@ -402,6 +374,8 @@ TEST(PtRefuses, CraftedPicklesFailPrecisely) {
       {"underflow", {"empty stack"}},
       {"build", {"BUILD sets the state of a list"}},
       {"utf8", {"not valid UTF-8"}},
+      {"dims", {"the tensor size has 65 dimensions; at most 64 are supported"}},
+      {"size_list", {"the tensor size must be a tuple of ints, found a list"}},
       {"proto", {"pickle protocol 9; expected 2 to 5"}},
       {"call_storage", {"torch.FloatStorage is only accepted inside a storage's persistent id"}},
       {"no_pkl", {"without a '<name>/data.pkl' member", "'notes.txt'"}},
