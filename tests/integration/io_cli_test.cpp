@@ -2,6 +2,8 @@
 // stats, conversions NumPy reads back, exit code 2 with a precise message for bad input.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
@@ -98,6 +100,52 @@ TEST(IoCli, TruncatedFilesExitTwoNamingFileAndOffset) {
   expect_contains(r.err, "cut.npy");
   expect_contains(r.err, "byte 128");
   expect_contains(r.err, "needs 80000 data bytes");
+}
+
+}  // namespace
+}  // namespace crucible
+
+namespace crucible {
+namespace {
+
+// X4 / T13: a DDP-wrapped checkpoint converts to safetensors with clean names, every tensor
+// equal to PyTorch's; non-tensor values are listed, never silently dropped.
+TEST(IoCli, ConvertPtStateDictToSafetensors) {
+  test::TempDir d;
+  test::run_python("import torch\n"
+                   "torch.manual_seed(0)\n"
+                   "m = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4))\n"
+                   "torch.save({'model': torch.nn.DataParallel(m).state_dict(), 'epoch': 7}, '" + (d / "ckpt.pt") + "')\n"
+                   "torch.save(m.state_dict(), '" + (d / "ref.pt") + "')\n");
+  auto r = test::run_command({test::crucible_binary(), "convert", d / "ckpt.pt", d / "out.safetensors"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_contains(r.out, "module.");
+  expect_contains(r.out, "epoch: int 7");
+  const std::string out = test::run_python(
+      test::python_read_safetensors(d / "out.safetensors") +
+      "import torch\n"
+      "ref = torch.load('" + (d / "ref.pt") + "')\n"
+      "ok = sorted(k for k in h if k != '__metadata__') == sorted('model.' + k for k in ref)\n"
+      "for k, t in ref.items():\n"
+      "    s, e = h['model.' + k]['data_offsets']\n"
+      "    ok &= b[8+n+s:8+n+e] == t.contiguous().numpy().tobytes()\n"
+      "print(ok)\n");
+  EXPECT_EQ(out, "True\n");
+}
+
+// A pickle that would run os.system is refused by name and runs nothing.
+TEST(IoCli, MaliciousPickleIsRefusedAndHasNoEffect) {
+  test::TempDir d;
+  test::run_python("import torch, os\n"
+                   "class Evil:\n"
+                   "    def __reduce__(self):\n"
+                   "        return (os.system, ('touch " + (d / "pwned") + "',))\n"
+                   "torch.save({'w': torch.ones(2), 'x': Evil()}, '" + (d / "evil.pt") + "')\n");
+  auto r = test::run_command({test::crucible_binary(), "inspect", d / "evil.pt"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "system");
+  expect_contains(r.err, "refused global");
+  EXPECT_FALSE(std::ifstream(d / "pwned").good());
 }
 
 }  // namespace
