@@ -1,0 +1,2 @@
+// Image decoders: see decode.h. (Being written.)
+#include "crucible/data/decode.h"

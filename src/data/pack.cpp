@@ -1,0 +1,2 @@
+// Packed shards: see pack.h. (Being written.)
+#include "crucible/data/pack.h"

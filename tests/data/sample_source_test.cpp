@@ -1,0 +1,1 @@
+// Sample source and pack tests. (Being written.)
