@@ -6,8 +6,9 @@ JOBS ?= $(shell nproc)
 CRUCIBLE := $(BUILD_DIR)/crucible
 
 FUZZ_DIR ?= build-fuzz
+TSAN_DIR ?= build-tsan
 
-.PHONY: all setup configure build demo test test-sanitize bench clean
+.PHONY: all setup configure build demo test test-sanitize test-tsan bench clean
 
 all: build
 
@@ -27,7 +28,7 @@ build: configure
 demo: build
 	@$(CRUCIBLE) train --restart
 
-test: build test-sanitize
+test: build test-sanitize test-tsan
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200
 
 # The torch-free library and its tests under clang with ASan + UBSan, plus every parser's
@@ -40,8 +41,18 @@ test-sanitize: setup $(FUZZ_DIR)/build.ninja
 	@cmake --build $(FUZZ_DIR) -j $(JOBS)
 	@cd $(FUZZ_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
+# The loader and thread pool under ThreadSanitizer (torch-free build).
+$(TSAN_DIR)/build.ninja: CMakeLists.txt | setup
+	@CC=clang CXX=clang++ cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCRUCIBLE_WITH_TORCH=OFF -DCRUCIBLE_SANITIZE=thread >/dev/null
+
+test-tsan: setup $(TSAN_DIR)/build.ninja
+	@cmake --build $(TSAN_DIR) -j $(JOBS) --target base_tests
+	@cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) \
+	  -R "Loader|ThreadPool|ImagePipeline"
+
 bench: build
 	@bench/fmnist_vs_pytorch
 
 clean:
-	rm -rf $(BUILD_DIR) $(FUZZ_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR) $(TSAN_DIR)

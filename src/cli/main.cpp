@@ -16,6 +16,7 @@
 #include "crucible/obs/progress.h"
 #include "crucible/train/job_config.h"
 #include "crucible/train/trainer.h"
+#include "data_commands.h"
 #include "io_commands.h"
 
 namespace crucible {
@@ -93,6 +94,14 @@ int main(int argc, char** argv) {
   cli::IoArgs io_args;
   CLI::App* inspect_cmd = cli::add_inspect(app, io_args);
   CLI::App* convert_cmd = cli::add_convert(app, io_args);
+  CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks of crucible's parts, timed alone (X9)");
+  bench_cmd->require_subcommand(1);
+  cli::BenchLoaderArgs bench_loader_args;
+  CLI::App* bench_loader_cmd = cli::add_bench_loader(*bench_cmd, bench_loader_args);
+  cli::BenchDecodeArgs bench_decode_args;
+  CLI::App* bench_decode_cmd = cli::add_bench_decode(*bench_cmd, bench_decode_args);
+  cli::PackArgs pack_args;
+  CLI::App* pack_cmd = cli::add_pack(app, pack_args);
 
   try {
     app.parse(argc, argv);
@@ -105,6 +114,9 @@ int main(int argc, char** argv) {
     if (train_cmd->parsed()) return run_train(config_path, overrides, resume, restart);
     if (inspect_cmd->parsed()) return cli::run_inspect(io_args);
     if (convert_cmd->parsed()) return cli::run_convert(io_args);
+    if (bench_loader_cmd->parsed()) return cli::run_bench_loader(bench_loader_args);
+    if (pack_cmd->parsed()) return cli::run_pack(pack_args);
+    if (bench_decode_cmd->parsed()) return cli::run_bench_decode(bench_decode_args);
   } catch (const Error& e) {
     log_error("{}", e.what());
     return exit_code(e.kind());

@@ -22,6 +22,13 @@ DeviceInput::DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10:
     throw bad_input("data.mean/data.std have {} values but the images have {} channel(s) ({})", norm_.mean.size(), c,
                     spec_.to_string());
   }
+  // D3: per-channel numbers for RGB applied to BGR pixels (or the reverse) silently swap channels.
+  if (c == 3 && norm_.mean.size() == 3 && spec_.order != norm_.order) {
+    throw bad_input("the images arrive in {} order but data.mean/data.std are listed in {} order; set "
+                    "data.mean_std_order = \"{}\" after reordering them, or data.color_order = \"{}\"",
+                    color_order_name(spec_.order), color_order_name(norm_.order), color_order_name(spec_.order),
+                    color_order_name(norm_.order));
+  }
   if (spec_.range != ValueRange::kByte) {
     throw bad_input("images must arrive as 0-255 uint8 pixels, found range {}", value_range_name(spec_.range));
   }
@@ -53,7 +60,7 @@ DeviceInput::DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10:
 
 at::Tensor DeviceInput::images(const Batch& batch) const {
   // The batch outlives this call; from_blob does not copy, the conversion below does.
-  at::Tensor raw = at::from_blob(const_cast<uint8_t*>(batch.pixels.data()),
+  at::Tensor raw = at::from_blob(batch.pixels.data(),
                                  {batch.size(), spec_.height, spec_.width, spec_.channels}, at::kByte);
   at::Tensor x = raw.to(device_).permute({0, 3, 1, 2});  // NHWC memory = channels_last NCHW view
   x = x.to(at::kFloat).contiguous(channels_last_ ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);

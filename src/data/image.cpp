@@ -37,6 +37,12 @@ ValueRange parse_value_range(const std::string& text, const std::string& key) {
   throw bad_input("{}: expected \"unit\" (values in 0-1) or \"byte\" (values in 0-255), found \"{}\"", key, text);
 }
 
+ColorOrder parse_color_order(const std::string& text, const std::string& key) {
+  if (text == "RGB") return ColorOrder::kRGB;
+  if (text == "BGR") return ColorOrder::kBGR;
+  throw bad_input("{}: expected \"RGB\" or \"BGR\", found \"{}\"", key, text);
+}
+
 std::string ImageSpec::to_string() const {
   return fmt::format("{}x{}x{} {} uint8 {}", height, width, channels, color_order_name(order), value_range_name(range));
 }

@@ -1,23 +1,54 @@
 // Loader: ordered, bounded, cancellable batch building on a persistent ThreadPool.
 #include "crucible/data/loader.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include "crucible/core/error.h"
-#include "crucible/core/rng.h"
 #include "crucible/core/thread_pool.h"
 
 namespace crucible::data {
 
-Loader::Loader(std::shared_ptr<const Source> source, Sampler sampler, LoaderOptions options)
-    : source_(std::move(source)), sampler_(sampler), options_(options) {
+PixelBuffer PixelBuffer::heap(size_t bytes) {
+  std::shared_ptr<uint8_t> mem(new uint8_t[bytes > 0 ? bytes : 1], std::default_delete<uint8_t[]>());
+  return PixelBuffer(mem.get(), bytes, mem);
+}
+
+bool PixelBuffer::operator==(const PixelBuffer& o) const {
+  return size_ == o.size_ && (size_ == 0 || std::memcmp(data_, o.data_, size_) == 0);
+}
+
+BadSamplePolicy parse_bad_sample_policy(const std::string& text) {
+  if (text == "fail") return BadSamplePolicy::kFail;
+  if (text == "skip") return BadSamplePolicy::kSkip;
+  throw bad_input("data.bad_samples: expected \"skip\" or \"fail\", found \"{}\"", text);
+}
+
+Loader::Loader(std::shared_ptr<const SamplePipeline> pipeline, Sampler sampler, LoaderOptions options)
+    : pipeline_(std::move(pipeline)), sampler_(sampler), options_(std::move(options)) {
   if (options_.batch_size < 1) throw bad_input("loader: batch_size must be >= 1, found {}", options_.batch_size);
   if (options_.threads < 1) throw bad_input("loader: threads must be >= 1, found {}", options_.threads);
   if (options_.prefetch < 1) throw bad_input("loader: prefetch must be >= 1, found {}", options_.prefetch);
-  if (sampler_.size() != source_->size()) {
-    throw std::logic_error("Loader: sampler size differs from source size");
+  if (sampler_.size() != pipeline_->size()) throw std::logic_error("Loader: sampler size differs from the pipeline's");
+  // D6: compare the descriptors the readers need with the process limit, before any work.
+  struct rlimit lim {};
+  const int need = pipeline_->files_needed(options_.threads);
+  if (need > 0 && ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    const auto in_use = 64;  // stdio, logs, checkpoints, libraries
+    if (static_cast<rlim_t>(need + in_use) > lim.rlim_cur) {
+      throw bad_input("the loader needs about {} open files ({} threads reading {}) but `ulimit -n` is {}: raise it "
+                      "(ulimit -n {}) or lower data.threads",
+                      need + in_use, options_.threads, pipeline_->describe(), lim.rlim_cur, need + in_use);
+    }
   }
+  if (!options_.allocate) options_.allocate = [](size_t bytes) { return PixelBuffer::heap(bytes); };
   pool_ = std::make_unique<ThreadPool>(options_.threads);
 }
 
@@ -27,7 +58,7 @@ Loader::~Loader() {
 }
 
 int64_t Loader::batches_per_epoch() const {
-  const int64_t n = source_->size(), b = options_.batch_size;
+  const int64_t n = pipeline_->size(), b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -93,42 +124,86 @@ std::optional<Batch> Loader::next() {
   schedule_locked();
   lock.unlock();
   if (slot.error) std::rethrow_exception(slot.error);
+  for (const auto& s : slot.batch->skipped) {
+    ++skipped_count_;
+    if (skipped_names_.size() < 1000) skipped_names_.push_back(s);
+  }
   return std::move(slot.batch);
 }
 
 Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& order) const {
   const int64_t begin = index * options_.batch_size;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(order.size()));
-  const ImageSpec spec = source_->spec();
-  const int64_t sample_bytes = spec.bytes();
-  const int64_t row_bytes = spec.width * spec.channels;
+  const ImageSpec spec = pipeline_->output_spec();
+  const size_t sample_bytes = static_cast<size_t>(spec.bytes());
   Batch b;
   b.epoch = epoch;
   b.index = index;
   b.spec = spec;
-  b.sample_ids.assign(order.begin() + begin, order.begin() + end);
-  b.pixels.resize(static_cast<size_t>((end - begin) * sample_bytes));
-  b.labels.resize(static_cast<size_t>(end - begin));
-  for (int64_t k = 0; k < end - begin; ++k) {
-    const int64_t id = b.sample_ids[k];
-    const uint8_t* src = source_->pixels(id);
-    uint8_t* dst = b.pixels.data() + k * sample_bytes;
-    b.labels[k] = source_->label(id);
-    SampleRng rng(options_.augment_seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(id));
-    const bool flip = options_.hflip > 0.0f && rng.bernoulli(options_.hflip);
-    if (!flip) {
-      std::memcpy(dst, src, static_cast<size_t>(sample_bytes));
-      continue;
-    }
-    for (int64_t y = 0; y < spec.height; ++y) {
-      const uint8_t* s = src + y * row_bytes;
-      uint8_t* d = dst + y * row_bytes;
-      for (int64_t x = 0; x < spec.width; ++x) {
-        std::memcpy(d + x * spec.channels, s + (spec.width - 1 - x) * spec.channels, static_cast<size_t>(spec.channels));
+  b.pixels = options_.allocate(static_cast<size_t>(end - begin) * sample_bytes);
+  b.sample_ids.reserve(static_cast<size_t>(end - begin));
+  b.labels.reserve(static_cast<size_t>(end - begin));
+  for (int64_t k = begin; k < end; ++k) {
+    const int64_t id = order[static_cast<size_t>(k)];
+    uint8_t* dst = b.pixels.data() + b.labels.size() * sample_bytes;  // compacted past skipped samples
+    try {
+      b.labels.push_back(pipeline_->produce(id, epoch, dst));
+      b.sample_ids.push_back(id);
+    } catch (const Error& e) {
+      if (options_.bad_samples == BadSamplePolicy::kFail || e.kind() != ErrorKind::kBadInput) {
+        throw Error(e.kind(), fmt::format("bad sample {} (epoch {}, batch {}): {}; set data.bad_samples = \"skip\" "
+                                          "to leave such samples out",
+                                          id, epoch, index, e.what()));
       }
+      b.skipped.push_back(e.what());
     }
   }
+  b.pixels.resize(b.labels.size() * sample_bytes);
   return b;
+}
+
+int choose_loader_threads(const SamplePipeline& pipeline, int max_threads, std::string* report) {
+  max_threads = std::max(1, max_threads);
+  if (max_threads == 1 || pipeline.size() == 0) return 1;
+  const size_t bytes = static_cast<size_t>(pipeline.output_spec().bytes());
+  double best = 0;
+  std::vector<double> rate(static_cast<size_t>(max_threads) + 1, 0.0);
+  for (int t = 1; t <= max_threads; ++t) {
+    std::atomic<int64_t> next{0}, done{0};
+    const auto start = std::chrono::steady_clock::now();
+    const auto stop = start + std::chrono::milliseconds(300);
+    std::vector<std::thread> workers;
+    for (int w = 0; w < t; ++w) {
+      workers.emplace_back([&] {
+        std::vector<uint8_t> dst(bytes);
+        while (std::chrono::steady_clock::now() < stop) {
+          const int64_t i = next.fetch_add(1) % pipeline.size();
+          try {
+            pipeline.produce(i, 0, dst.data());
+          } catch (const Error&) {
+          }
+          ++done;
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    rate[static_cast<size_t>(t)] = static_cast<double>(done.load()) / secs;
+    best = std::max(best, rate[static_cast<size_t>(t)]);
+  }
+  int chosen = max_threads;
+  for (int t = 1; t <= max_threads; ++t) {
+    if (rate[static_cast<size_t>(t)] >= 0.9 * best) {
+      chosen = t;
+      break;
+    }
+  }
+  if (report != nullptr) {
+    std::string s;
+    for (int t = 1; t <= max_threads; ++t) s += fmt::format("{}{}: {:.0f}/s", t > 1 ? ", " : "", t, rate[static_cast<size_t>(t)]);
+    *report = fmt::format("{} thread(s) (measured samples/s with {})", chosen, s);
+  }
+  return chosen;
 }
 
 }  // namespace crucible::data

@@ -10,11 +10,22 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
   s.add("run", "dir", &j.run.dir, "folder holding the run folders");
   s.add("run", "seed", &j.run.seed, "the one seed every random stream derives from (T15)").non_negative();
 
-  s.add("data", "dataset", &j.data.dataset, "data set kind").choices({"idx"});
+  s.add("data", "dataset", &j.data.dataset, "data set kind: IDX files, or encoded images (JPEG/PNG)")
+      .choices({"idx", "images"});
   s.add("data", "train_images", &j.data.train_images, "training images (IDX, gzip or plain)");
   s.add("data", "train_labels", &j.data.train_labels, "training labels (IDX)");
   s.add("data", "test_images", &j.data.test_images, "test images (IDX), evaluated after every epoch");
   s.add("data", "test_labels", &j.data.test_labels, "test labels (IDX)");
+  s.add("data", "train_path", &j.data.train_path,
+        "images: training samples (image folder, tar shards, LMDB folder or packed index)");
+  s.add("data", "test_path", &j.data.test_path, "images: test samples");
+  s.add("data", "crop", &j.data.crop, "images: output side (RandomResizedCrop when training)").min(1);
+  s.add("data", "cache", &j.data.cache, "images: RAM cache of encoded bytes or decoded pixels (D1)")
+      .choices({"none", "encoded", "decoded"});
+  s.add("data", "cache_mb", &j.data.cache_mb, "images: cache budget in MiB").non_negative();
+  s.add("data", "color_order", &j.data.color_order, "channel order the pipeline delivers (D3)").choices({"RGB", "BGR"});
+  s.add("data", "bad_samples", &j.data.bad_samples, "a sample that fails to read or decode: stop, or skip and report (D5)")
+      .choices({"fail", "skip"});
   s.add("data", "train_samples", &j.data.train_samples, "use the first N training samples (0 = all)").non_negative();
   s.add("data", "test_samples", &j.data.test_samples, "use the first N test samples (0 = all)").non_negative();
   s.add("data", "hflip", &j.data.hflip, "probability of a random horizontal flip").min(0).max(1);
@@ -23,7 +34,9 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
   s.add("data", "mean_std_range", &j.data.mean_std_range,
         "units of mean/std: \"unit\" = pixels/255 (torchvision), \"byte\" = 0-255 (D4)")
       .choices({"unit", "byte"});
-  s.add("data", "threads", &j.data.threads, "loader threads (0 = one per two cores)").non_negative();
+  s.add("data", "mean_std_order", &j.data.mean_std_order, "channel order of mean/std (D3)").choices({"RGB", "BGR"});
+  s.add("data", "threads", &j.data.threads, "loader threads (0 = chosen: one per two cores for idx, measured for images)")
+      .non_negative();
   s.add("data", "prefetch", &j.data.prefetch, "batches prepared ahead of training (bounds memory)").min(1);
 
   s.add("model", "name", &j.model.name, "model architecture").choices({"fmnist_cnn"});
@@ -67,7 +80,7 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
 
 bool key_is_cosmetic(const std::string& k) {
   return k.rfind("log.", 0) == 0 || k == "checkpoint.every_steps" || k == "checkpoint.keep" || k == "data.threads" ||
-         k == "data.prefetch" || k == "train.eval_batch_size" || k == "train.max_steps";
+         k == "data.prefetch" || k == "data.cache" || k == "data.cache_mb" || k == "train.eval_batch_size" || k == "train.max_steps";
 }
 
 }  // namespace crucible::train

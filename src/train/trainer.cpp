@@ -31,6 +31,7 @@
 #include "crucible/obs/progress.h"
 #include "crucible/train/checkpoint.h"
 #include "crucible/train/optimizer.h"
+#include "crucible/train/data_setup.h"
 #include "crucible/train/schedule.h"
 
 #ifndef CRUCIBLE_VERSION
@@ -89,7 +90,6 @@ struct Trainer::Impl {
   Clock::time_point wall_start = Clock::now();
 
   std::string run_dir;
-  std::shared_ptr<data::Source> train_source, test_source;
   std::unique_ptr<data::Loader> train_loader, test_loader;
   std::unique_ptr<data::DeviceInput> input;
   std::unique_ptr<nn::Model> model;
@@ -182,41 +182,38 @@ void Trainer::Impl::build() {
 
   // Data.
   const auto t0 = Clock::now();
-  train_source = data::load_idx_source(job.data.train_images, job.data.train_labels, job.data.train_samples);
-  test_source = data::load_idx_source(job.data.test_images, job.data.test_labels, job.data.test_samples);
-  const data::ImageSpec spec = train_source->spec();
-  const data::ImageSpec test_spec = test_source->spec();
-  if (spec.height != test_spec.height || spec.width != test_spec.width || spec.channels != test_spec.channels) {
-    throw bad_input("training images are {} but test images are {}", spec.to_string(), test_spec.to_string());
-  }
-  log_info("data: {} training and {} test samples of {} ({} classes), loaded in {:.1f} s", train_source->size(),
-           test_source->size(), spec.to_string(), train_source->num_classes(), seconds_since(t0));
+  DataSetup ds = make_data(job, derive_seed(seed, RngStream::kAugment));
+  const data::ImageSpec spec = ds.train->output_spec();
+  log_info("data: {} training and {} test samples of {} ({} classes), opened in {:.1f} s", ds.train->size(),
+           ds.test->size(), spec.to_string(), ds.num_classes, seconds_since(t0));
+  log_info("train pipeline: {}", ds.train->describe());
 
-  const int loader_threads = job.data.threads > 0 ? static_cast<int>(job.data.threads) : std::max(1, threads / 2);
-  data::LoaderOptions lo;
-  lo.batch_size = job.train.batch_size;
-  lo.threads = loader_threads;
-  lo.prefetch = static_cast<int>(job.data.prefetch);
-  lo.hflip = static_cast<float>(job.data.hflip);
-  lo.augment_seed = derive_seed(seed, RngStream::kAugment);
+  int loader_threads = static_cast<int>(job.data.threads);
+  std::string chosen;
+  if (loader_threads == 0) {
+    // D10: in-RAM arrays need little; decoded images get the count measured fastest.
+    loader_threads = job.data.dataset == "idx" ? std::max(1, threads / 2)
+                                               : data::choose_loader_threads(*ds.train, available_cores(), &chosen);
+  }
   train_loader = std::make_unique<data::Loader>(
-      train_source, data::Sampler(train_source->size(), /*shuffle=*/true, derive_seed(seed, RngStream::kSampler)), lo);
-  data::LoaderOptions eo = lo;
-  eo.batch_size = job.train.eval_batch_size;
-  eo.hflip = 0;
-  test_loader = std::make_unique<data::Loader>(test_source, data::Sampler(test_source->size(), false, 0), eo);
+      ds.train, data::Sampler(ds.train->size(), /*shuffle=*/true, derive_seed(seed, RngStream::kSampler)),
+      loader_options(job, job.train.batch_size, loader_threads));
+  test_loader = std::make_unique<data::Loader>(ds.test, data::Sampler(ds.test->size(), false, 0),
+                                               loader_options(job, job.train.eval_batch_size, loader_threads));
   steps_per_epoch = train_loader->batches_per_epoch();
   total_steps = steps_per_epoch * job.train.epochs;
 
   data::NormalizeOptions norm{job.data.mean, job.data.std,
-                              data::parse_value_range(job.data.mean_std_range, "data.mean_std_range")};
+                              data::parse_value_range(job.data.mean_std_range, "data.mean_std_range"),
+                              data::parse_color_order(job.data.mean_std_order, "data.mean_std_order")};
   input = std::make_unique<data::DeviceInput>(spec, norm, device, job.train.channels_last);
-  log_info("input: {}; random horizontal flip p={}; loader: {} thread(s), prefetch {}", input->describe(),
-           job.data.hflip, loader_threads, job.data.prefetch);
+  log_info("input: {}; loader: {}, prefetch {}, bad samples: {}", input->describe(),
+           chosen.empty() ? fmt::format("{} thread(s)", loader_threads) : chosen, job.data.prefetch,
+           job.data.bad_samples);
 
   // Model: weights from the init stream, then torch's generator moves to the dropout stream.
   compat::seed_cpu_generator(derive_seed(seed, RngStream::kInit));
-  const int64_t classes = std::max(train_source->num_classes(), test_source->num_classes());
+  const int64_t classes = ds.num_classes;
   model = nn::make_model(job.model, spec.channels, spec.height, spec.width, classes);
   const nn::InputSpec want = model->input_spec();
   if (want.channels != spec.channels) {
@@ -422,6 +419,7 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
             {"wall_seconds", s.wall_seconds},
             {"samples_per_s", s.samples_per_s},
             {"samples", st.samples},
+            {"bad_samples_skipped", train_loader->skipped_count() + test_loader->skipped_count()},
             {"steps", st.step},
             {"epochs", job.train.epochs},
             {"precision", job.train.precision},

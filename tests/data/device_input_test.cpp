@@ -5,7 +5,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "crucible/core/error.h"
+#include "test_util.h"
 
 namespace crucible::data {
 namespace {
@@ -13,7 +16,9 @@ namespace {
 Batch make_batch() {
   Batch b;
   b.spec = ImageSpec{2, 2, 3, ColorOrder::kRGB, ValueRange::kByte};
-  b.pixels = {0, 255, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const uint8_t px[] = {0, 255, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  b.pixels = PixelBuffer::heap(sizeof(px));
+  std::memcpy(b.pixels.data(), px, sizeof(px));
   b.labels = {3, 4};
   b.sample_ids = {0, 1};
   return b;
@@ -51,6 +56,10 @@ TEST(DeviceInput, WrongUnitsAreRefusedD4) {
   }
   EXPECT_THROW(DeviceInput(s, {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}, ValueRange::kByte}, c10::kCPU, false), Error);
   EXPECT_THROW(DeviceInput(s, {{0.5, 0.5}, {0.2, 0.2}, ValueRange::kUnit}, c10::kCPU, false), Error);
+  // D3: mean/std listed for BGR applied to RGB pixels.
+  test::expect_bad_input(
+      [&] { DeviceInput(s, {{0.4, 0.45, 0.5}, {0.2, 0.2, 0.2}, ValueRange::kUnit, ColorOrder::kBGR}, c10::kCPU, false); },
+      {"RGB order", "BGR order", "mean_std_order"});
 }
 
 }  // namespace

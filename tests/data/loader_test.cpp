@@ -1,6 +1,6 @@
-// Law 1 / D8 / D10: batches are identical for 1 and 4 threads, flips come from the sample's
-// own stream, a resumed position continues the same epoch, and worker errors reach the
-// consumer.
+// Law 1 / D5 / D8 / D10: batches are identical for 1 and 4 threads, flips come from the
+// sample's own stream, a resumed position continues the same epoch, worker errors reach the
+// consumer, and bad samples are skipped (named, counted) or fail the run naming the sample.
 #include "crucible/data/loader.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
+
+#include "crucible/core/error.h"
 
 namespace crucible::data {
 namespace {
@@ -35,16 +37,18 @@ LoaderOptions opts(int threads) {
   o.batch_size = 32;
   o.threads = threads;
   o.prefetch = 3;
-  o.hflip = 0.5f;
-  o.augment_seed = 99;
   return o;
+}
+
+std::shared_ptr<const SamplePipeline> flipping(std::shared_ptr<const Source> src) {
+  return std::make_shared<ArrayPipeline>(std::move(src), 0.5f, 99);
 }
 
 // Law 1: thread timing never changes what a batch holds.
 TEST(Loader, SameBatchesForOneAndFourThreads) {
   auto src = make_source(1000);
-  Loader one(src, Sampler(1000, true, 5), opts(1));
-  Loader four(src, Sampler(1000, true, 5), opts(4));
+  Loader one(flipping(src), Sampler(1000, true, 5), opts(1));
+  Loader four(flipping(src), Sampler(1000, true, 5), opts(4));
   for (int64_t e : {0, 1}) {
     auto a = epoch(one, e), b = epoch(four, e);
     ASSERT_EQ(a.size(), 32u);  // 31 full batches and one of 8
@@ -60,7 +64,7 @@ TEST(Loader, SameBatchesForOneAndFourThreads) {
 
 TEST(Loader, FlipsAboutHalfAndMirrorsRows) {
   auto src = make_source(400);
-  Loader l(src, Sampler(400, false, 0), opts(2));
+  Loader l(flipping(src), Sampler(400, false, 0), opts(2));
   int flipped = 0;
   for (const auto& b : epoch(l, 0)) {
     for (int64_t k = 0; k < b.size(); ++k) {
@@ -80,7 +84,7 @@ TEST(Loader, FlipsAboutHalfAndMirrorsRows) {
 
 TEST(Loader, ResumedPositionContinuesTheEpoch) {
   auto src = make_source(500);
-  Loader l(src, Sampler(500, true, 3), opts(3));
+  Loader l(flipping(src), Sampler(500, true, 3), opts(3));
   auto full = epoch(l, 2);
   auto tail = epoch(l, 2, 5);
   ASSERT_EQ(tail.size(), full.size() - 5);
@@ -92,11 +96,11 @@ TEST(Loader, ResumedPositionContinuesTheEpoch) {
 
 TEST(Loader, RestartingMidEpochDiscardsBatchesInFlight) {
   auto src = make_source(2000);
-  Loader l(src, Sampler(2000, true, 3), opts(4));
+  Loader l(flipping(src), Sampler(2000, true, 3), opts(4));
   l.start_epoch(0);
   l.next();  // leave prefetched batches of epoch 0 in flight
   auto e1 = epoch(l, 1);
-  Loader fresh(src, Sampler(2000, true, 3), opts(1));
+  Loader fresh(flipping(src), Sampler(2000, true, 3), opts(1));
   auto expect = epoch(fresh, 1);
   ASSERT_EQ(e1.size(), expect.size());
   for (size_t i = 0; i < e1.size(); ++i) EXPECT_EQ(e1[i].pixels, expect[i].pixels);
@@ -119,7 +123,7 @@ class FailingSource : public Source {
 };
 
 TEST(Loader, WorkerErrorReachesTheConsumer) {
-  Loader l(std::make_shared<FailingSource>(), Sampler(100, false, 0), opts(2));
+  Loader l(flipping(std::make_shared<FailingSource>()), Sampler(100, false, 0), opts(2));
   l.start_epoch(0);
   int ok = 0;
   try {
@@ -145,7 +149,7 @@ int process_threads() {
 
 TEST(Loader, OnePersistentPoolAcrossEpochsD8) {
   auto src = make_source(300);
-  Loader l(src, Sampler(300, true, 1), opts(3));
+  Loader l(flipping(src), Sampler(300, true, 1), opts(3));
   epoch(l, 0);
   const int threads = process_threads();
   for (int e = 1; e < 6; ++e) epoch(l, e);
@@ -175,7 +179,7 @@ TEST(Loader, PrefetchBoundsWorkAheadD10) {
   LoaderOptions o = opts(4);
   o.batch_size = 10;
   o.prefetch = 3;
-  Loader l(src, Sampler(1000, false, 0), o);
+  Loader l(std::make_shared<ArrayPipeline>(src, 0.0f, 0), Sampler(1000, false, 0), o);
   // Waits until `n` samples were read (or 10 s), then a little longer to see that no more are.
   auto settles_at = [&](int64_t n) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -189,6 +193,68 @@ TEST(Loader, PrefetchBoundsWorkAheadD10) {
   EXPECT_EQ(settles_at(30), 30);  // exactly `prefetch` batches ahead, no more
   l.next();
   EXPECT_EQ(settles_at(40), 40);
+}
+
+}  // namespace
+}  // namespace crucible::data
+
+namespace crucible::data {
+namespace {
+
+// Samples 7 and 40 are unreadable: a bad-input Error naming them.
+class BrokenPipeline : public SamplePipeline {
+ public:
+  int64_t size() const override { return 64; }
+  ImageSpec output_spec() const override { return ImageSpec{1, 1, 1, ColorOrder::kGray, ValueRange::kByte}; }
+  int64_t produce(int64_t index, int64_t, uint8_t* dst) const override {
+    if (index == 7 || index == 40) throw bad_input("img{}.jpg: corrupt JPEG data", index);
+    *dst = static_cast<uint8_t>(index);
+    return index;
+  }
+  std::string describe() const override { return "broken"; }
+};
+
+TEST(Loader, SkipPolicyLeavesBadSamplesOutAndNamesThemD5) {
+  LoaderOptions o = opts(3);
+  o.batch_size = 16;
+  o.bad_samples = BadSamplePolicy::kSkip;
+  Loader l(std::make_shared<BrokenPipeline>(), Sampler(64, false, 0), o);
+  auto batches = epoch(l, 0);
+  ASSERT_EQ(batches.size(), 4u);
+  EXPECT_EQ(batches[0].size(), 15);
+  EXPECT_EQ(batches[2].size(), 15);
+  EXPECT_EQ(batches[0].pixels.size(), 15u);
+  EXPECT_EQ(batches[0].pixels.data()[7], 8);  // compacted: sample 8 moved into slot 7
+  EXPECT_EQ(batches[0].labels[7], 8);
+  EXPECT_EQ(l.skipped_count(), 2);
+  ASSERT_EQ(l.skipped_names().size(), 2u);
+  EXPECT_NE(l.skipped_names()[0].find("img7.jpg"), std::string::npos);
+  EXPECT_NE(l.skipped_names()[1].find("img40.jpg"), std::string::npos);
+}
+
+TEST(Loader, FailPolicyStopsNamingTheSampleD5) {
+  LoaderOptions o = opts(2);
+  o.batch_size = 16;
+  Loader l(std::make_shared<BrokenPipeline>(), Sampler(64, false, 0), o);
+  l.start_epoch(0);
+  try {
+    while (l.next()) {
+    }
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find("img7.jpg"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("data.bad_samples"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Loader, ChoosesAThreadCountD10) {
+  auto src = make_source(2000);
+  std::string report;
+  const int t = choose_loader_threads(ArrayPipeline(src, 0.5f, 1), 2, &report);
+  EXPECT_GE(t, 1);
+  EXPECT_LE(t, 2);
+  EXPECT_NE(report.find("measured"), std::string::npos) << report;
 }
 
 }  // namespace

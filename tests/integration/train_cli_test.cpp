@@ -261,3 +261,40 @@ TEST(TrainCliSlow, DefaultJobReaches91Percent) {
 
 }  // namespace
 }  // namespace crucible
+
+namespace crucible {
+namespace {
+
+// The trainer on encoded images (data.dataset = "images"): an ImageFolder of PNGs and JPEGs,
+// RandomResizedCrop to 16×16, 3-channel normalisation in RGB order (D3, D4).
+TEST(TrainCli, TrainsOnAnImageFolder) {
+  test::TempDir d;
+  test::run_python("import numpy as np, os\nfrom PIL import Image\n"
+                   "rng = np.random.default_rng(2)\n"
+                   "for split, n in (('train', 64), ('test', 16)):\n"
+                   "    for i in range(n):\n"
+                   "        c = i % 2; dd = os.path.join('" + d.path() + "', split, 'class%d' % c); os.makedirs(dd, exist_ok=True)\n"
+                   "        a = np.full((24, 20, 3), 40 + 160 * c, np.uint8) + rng.integers(0, 30, (24, 20, 3), dtype=np.uint8)\n"
+                   "        Image.fromarray(a).save(os.path.join(dd, '%03d.%s' % (i, 'png' if i % 2 else 'jpg')))\n");
+  auto r = test::run_command({test::crucible_binary(), "train", "--set", "run.dir=" + d.path(), "--set",
+                              "run.name=img", "--set", "data.dataset=images", "--set",
+                              "data.train_path=" + (d / "train"), "--set", "data.test_path=" + (d / "test"), "--set",
+                              "data.crop=16", "--set", "data.mean=[0.5, 0.5, 0.5]", "--set",
+                              "data.std=[0.25, 0.25, 0.25]", "--set", "train.epochs=2", "--set", "train.batch_size=16",
+                              "--set", "train.eval_batch_size=16", "--set", "schedule.warmup=0.5"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json s = read_json(d / "img/summary.json");
+  EXPECT_EQ(s["samples"], 128);
+  EXPECT_GE(s["test_acc"].get<double>(), 0.9);  // two classes of very different brightness
+  // D3: mean/std listed in BGR order for RGB images is refused before training.
+  auto bad = test::run_command({test::crucible_binary(), "train", "--set", "run.dir=" + d.path(), "--set",
+                                "run.name=bgr", "--set", "data.dataset=images", "--set",
+                                "data.train_path=" + (d / "train"), "--set", "data.test_path=" + (d / "test"), "--set",
+                                "data.crop=16", "--set", "data.mean=[0.5, 0.5, 0.5]", "--set",
+                                "data.std=[0.25, 0.25, 0.25]", "--set", "data.mean_std_order=BGR"});
+  EXPECT_EQ(bad.exit_code, 2);
+  expect_contains(bad.err, "BGR");
+}
+
+}  // namespace
+}  // namespace crucible

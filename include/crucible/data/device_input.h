@@ -20,6 +20,7 @@ struct NormalizeOptions {
   std::vector<double> mean;  // one per channel (or one for all)
   std::vector<double> std;
   ValueRange range = ValueRange::kUnit;  // the units mean/std are given in
+  ColorOrder order = ColorOrder::kRGB;   // the channel order mean/std are listed in (3 channels)
 };
 
 class DeviceInput {

@@ -19,6 +19,9 @@ const char* value_range_name(ValueRange r);
 // Parses "byte" / "unit" (config spelling) or throws bad_input naming `key`.
 ValueRange parse_value_range(const std::string& text, const std::string& key);
 
+// Parses "RGB" / "BGR" or throws bad_input naming `key`.
+ColorOrder parse_color_order(const std::string& text, const std::string& key);
+
 // Shape and conventions of a fixed-size image sample: pixels are [height, width, channels] uint8.
 struct ImageSpec {
   int64_t height = 0;

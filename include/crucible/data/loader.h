@@ -1,23 +1,27 @@
 // The Loader turns sample indices into batches on a persistent thread pool (D8). Each batch
-// is one task: read pixels, augment on uint8 with the sample's own RNG stream (seed, epoch,
-// index), collate into [batch, height, width, channels] uint8. Batches come out in sampler
-// order, whatever the thread timing, so a batch's content is identical for any thread count
-// (law 1). At most `prefetch` batches are built or waiting, which bounds memory (D10).
+// is one task: every sample goes through the SamplePipeline straight into its slot of the
+// batch buffer ([batch, height, width, channels] uint8; pinned host memory when the caller's
+// allocator gives it, D9). Batches come out in sampler order whatever the thread timing, so a
+// batch's content is identical for any thread count (law 1). At most `prefetch` batches are
+// built or waiting, which bounds memory (D10). A bad sample fails the run naming it, or under
+// the "skip" policy is left out of its batch, counted and named in the report (D5).
 // Not thread-safe: one consumer thread calls start_epoch() and next().
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "crucible/data/image.h"
+#include "crucible/data/pipeline.h"
 #include "crucible/data/sampler.h"
-#include "crucible/data/source.h"
 
 namespace crucible {
 class ThreadPool;
@@ -25,35 +29,64 @@ class ThreadPool;
 
 namespace crucible::data {
 
+// Batch pixel memory: the heap by default, pinned host memory when the trainer's allocator
+// provides it (D9). Move-only view plus the owner of the bytes.
+class PixelBuffer {
+ public:
+  PixelBuffer() = default;
+  PixelBuffer(uint8_t* data, size_t capacity, std::shared_ptr<void> owner)
+      : data_(data), capacity_(capacity), size_(capacity), owner_(std::move(owner)) {}
+  static PixelBuffer heap(size_t bytes);
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }  // bytes in use (≤ capacity after skipped samples)
+  void resize(size_t bytes) { size_ = bytes <= capacity_ ? bytes : capacity_; }
+  bool operator==(const PixelBuffer& o) const;
+  bool operator!=(const PixelBuffer& o) const { return !(*this == o); }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t capacity_ = 0;
+  size_t size_ = 0;
+  std::shared_ptr<void> owner_;
+};
+
+enum class BadSamplePolicy { kFail, kSkip };
+BadSamplePolicy parse_bad_sample_policy(const std::string& text);
+
 struct LoaderOptions {
   int64_t batch_size = 256;
-  bool drop_last = false;     // drop a final partial batch
-  int threads = 1;            // worker threads (>= 1)
-  int prefetch = 4;           // batches built ahead of the consumer (>= 1)
-  float hflip = 0.0f;         // probability of a horizontal flip per sample
-  uint64_t augment_seed = 0;  // derive_seed(run seed, RngStream::kAugment)
+  bool drop_last = false;   // drop a final partial batch
+  int threads = 1;          // worker threads (>= 1)
+  int prefetch = 4;         // batches built ahead of the consumer (>= 1)
+  BadSamplePolicy bad_samples = BadSamplePolicy::kFail;
+  // Allocates a batch's pixel memory (default: the heap). Called from worker threads.
+  std::function<PixelBuffer(size_t bytes)> allocate;
 };
 
 struct Batch {
   int64_t epoch = 0;
-  int64_t index = 0;                  // batch number within the epoch
-  ImageSpec spec;                     // per-sample shape and conventions
-  std::vector<int64_t> sample_ids;    // source indices, in batch order
-  std::vector<uint8_t> pixels;        // [size, height, width, channels] uint8
-  std::vector<int64_t> labels;        // [size]
+  int64_t index = 0;                 // batch number within the epoch
+  ImageSpec spec;                    // per-sample shape and conventions
+  std::vector<int64_t> sample_ids;   // source indices, in batch order (skipped ones removed)
+  PixelBuffer pixels;                // [size, height, width, channels] uint8
+  std::vector<int64_t> labels;       // [size]
+  std::vector<std::string> skipped;  // "name: reason" of samples left out (skip policy)
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
 };
 
 class Loader {
  public:
-  Loader(std::shared_ptr<const Source> source, Sampler sampler, LoaderOptions options);
+  // Throws bad_input for invalid options, and (D6) when `threads` readers would need more open
+  // files than `ulimit -n` allows, saying what to raise it to.
+  Loader(std::shared_ptr<const SamplePipeline> pipeline, Sampler sampler, LoaderOptions options);
   // Cancels batches in flight and joins the pool.
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
   int64_t batches_per_epoch() const;
-  const Source& source() const { return *source_; }
+  const SamplePipeline& pipeline() const { return *pipeline_; }
   const LoaderOptions& options() const { return options_; }
 
   // Serves epoch `epoch` starting at batch `first_batch` (a resumed position); batches of a
@@ -61,8 +94,12 @@ class Loader {
   void start_epoch(int64_t epoch, int64_t first_batch = 0);
 
   // The next batch of the current epoch, or nullopt after the last. Blocks until it is built.
-  // A worker's exception is rethrown here.
+  // A worker's exception (a bad sample under "fail") is rethrown here.
   std::optional<Batch> next();
+
+  // Samples skipped so far (skip policy), in the order their batches were returned.
+  int64_t skipped_count() const { return skipped_count_; }
+  const std::vector<std::string>& skipped_names() const { return skipped_names_; }  // first 1000
 
  private:
   struct Slot {
@@ -74,20 +111,26 @@ class Loader {
   Batch build(int64_t epoch, int64_t index, const std::vector<int64_t>& order) const;
   void cancel_and_wait();
 
-  std::shared_ptr<const Source> source_;
+  std::shared_ptr<const SamplePipeline> pipeline_;
   Sampler sampler_;
   LoaderOptions options_;
 
   std::mutex mu_;
   std::condition_variable cv_;
-  uint64_t generation_ = 0;                          // guarded by mu_; bumped to cancel
-  int64_t epoch_ = -1;                               // guarded by mu_
+  uint64_t generation_ = 0;                            // guarded by mu_; bumped to cancel
+  int64_t epoch_ = -1;                                 // guarded by mu_
   std::shared_ptr<const std::vector<int64_t>> order_;  // guarded by mu_
-  int64_t next_schedule_ = 0;                        // guarded by mu_
-  int64_t next_return_ = 0;                          // consumer only
-  int in_flight_ = 0;                                // guarded by mu_: scheduled, not yet stored
-  std::map<int64_t, Slot> ready_;                    // guarded by mu_
-  std::unique_ptr<ThreadPool> pool_;                 // last: destroyed first
+  int64_t next_schedule_ = 0;                          // guarded by mu_
+  int64_t next_return_ = 0;                            // consumer only
+  int in_flight_ = 0;                                  // guarded by mu_: scheduled, not yet stored
+  std::map<int64_t, Slot> ready_;                      // guarded by mu_
+  int64_t skipped_count_ = 0;                          // consumer only
+  std::vector<std::string> skipped_names_;             // consumer only
+  std::unique_ptr<ThreadPool> pool_;                   // last: destroyed first
 };
+
+// D10: the smallest thread count (≤ max_threads) whose measured throughput on a short burst
+// of samples is within 10% of the best; `report` gets the measurements.
+int choose_loader_threads(const SamplePipeline& pipeline, int max_threads, std::string* report = nullptr);
 
 }  // namespace crucible::data

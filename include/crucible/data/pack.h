@@ -38,4 +38,10 @@ struct PackReport {
 
 PackReport pack_samples(const SampleSource& source, const std::string& dst, const PackOptions& options);
 
+// `crucible pack --lmdb` (and tests): writes `source` as an LMDB environment in the folder
+// `path` (created if missing): keys are the zero-padded sample index (so key order is source
+// order), values u32 LE label (0xffffffff for -1) + the encoded bytes, plus "__classes__" = a
+// JSON list of class names. data.mdb is written to a temporary and committed (law 5).
+void write_lmdb(const SampleSource& source, const std::string& path);
+
 }  // namespace crucible::data

@@ -1,7 +1,7 @@
 // The order in which an epoch visits a source. The order is a pure function of
 // (seed, epoch) — there is no set_epoch() to forget (X1) — and for one process it equals
 // PyTorch's DistributedSampler(num_replicas=1, seed=seed) after set_epoch(epoch):
-// torch.randperm(n, generator seeded with seed + epoch). Thread-safe (immutable).
+// torch.randperm(n, generator seeded with seed + epoch). Thread-safe (immutable). Torch-free.
 #pragma once
 
 #include <cstdint>

@@ -25,17 +25,25 @@ struct RunSection {
 };
 
 struct DataSection {
-  std::string dataset = "idx";  // images + labels from IDX files (gzip or plain)
+  std::string dataset = "idx";  // "idx": IDX image + label files; "images": encoded images (train_path/test_path)
   std::string train_images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
   std::string train_labels = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
   std::string test_images = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
   std::string test_labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
+  std::string train_path;     // "images": an image folder, tar shards, an LMDB folder or a packed index
+  std::string test_path;
+  int64_t crop = 224;         // "images": output size (RandomResizedCrop for training, centre crop for tests)
+  std::string cache = "none";  // "images": "none" | "encoded" | "decoded" (D1)
+  int64_t cache_mb = 0;       // budget of that cache
+  std::string color_order = "RGB";  // D3: channel order the pipeline delivers ("BGR" only when asked)
+  std::string bad_samples = "fail";  // D5: "fail" | "skip"
   int64_t train_samples = 0;  // 0 = all
   int64_t test_samples = 0;   // 0 = all
   double hflip = 0.5;         // probability of a horizontal flip
   std::vector<double> mean = {0.2860};
   std::vector<double> std = {0.3530};
   std::string mean_std_range = "unit";  // D4: the units of mean/std: "unit" (0-1) or "byte" (0-255)
+  std::string mean_std_order = "RGB";   // D3: the channel order mean/std are listed in
   int64_t threads = 0;                  // loader threads; 0 = 1 per 2 cores, at least 1
   int64_t prefetch = 4;
 };

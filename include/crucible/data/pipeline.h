@@ -1,0 +1,94 @@
+// What the Loader runs for one sample: a SamplePipeline writes sample `index` of `epoch` into
+// its slot of the batch, as fixed-size [height, width, channels] uint8 pixels, drawing any
+// randomness from the sample's own stream (seed, epoch, index) so the result never depends on
+// which thread runs it (law 1). Two pipelines: fixed-size images held in RAM (IDX), and
+// encoded images (JPEG/PNG/raw) decoded, cropped, resized and flipped. Thread-safe (const),
+// except the cache fill, which is internally synchronised.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "crucible/data/image.h"
+#include "crucible/data/sample_source.h"
+#include "crucible/data/source.h"
+#include "crucible/data/transform.h"
+
+namespace crucible::data {
+
+class SamplePipeline {
+ public:
+  virtual ~SamplePipeline() = default;
+  virtual int64_t size() const = 0;
+  virtual ImageSpec output_spec() const = 0;
+  // Writes sample `index` as seen in `epoch` into `dst` (output_spec().bytes() bytes) and
+  // returns its label. Throws crucible::Error (bad input) naming the sample when it cannot be
+  // read or decoded (D5); the loader's policy decides to skip or fail.
+  virtual int64_t produce(int64_t index, int64_t epoch, uint8_t* dst) const = 0;
+  virtual std::string describe() const = 0;
+  // D6: file descriptors needed with `threads` workers reading at once.
+  virtual int files_needed(int threads) const { return 0; }
+};
+
+// Fixed-size images in RAM (Fashion-MNIST), with a random horizontal flip.
+class ArrayPipeline final : public SamplePipeline {
+ public:
+  ArrayPipeline(std::shared_ptr<const Source> source, float hflip, uint64_t augment_seed);
+  int64_t size() const override { return source_->size(); }
+  ImageSpec output_spec() const override { return source_->spec(); }
+  int64_t produce(int64_t index, int64_t epoch, uint8_t* dst) const override;
+  std::string describe() const override;
+
+ private:
+  std::shared_ptr<const Source> source_;
+  float hflip_;
+  uint64_t seed_;
+};
+
+struct ImagePipelineOptions {
+  int crop = 224;             // output is crop × crop
+  bool train = true;          // RandomResizedCrop + flip; false: resize + centre crop, no flip
+  RandomResizedCropOptions rrc;
+  double center_fraction = 0.875;  // evaluation: the centre crop keeps this fraction of the short side
+  float hflip = 0.5;
+  // D1: "none" | "encoded" (the file bytes: same pixels as none) | "decoded" (full-resolution
+  // RGB: crops are then resized from full resolution rather than DCT-scaled, so pixels differ
+  // slightly from "none", and are the same for cache hits and misses).
+  std::string cache = "none";
+  int64_t cache_bytes = 0;     // budget of the cache; samples past it are not cached
+  ColorOrder order = ColorOrder::kRGB;  // D3: BGR only when asked for
+  uint64_t augment_seed = 0;
+};
+
+// Encoded samples: decode only the crop at the smallest sufficient DCT scale (D2), resize to
+// crop × crop with an antialiased filter, flip, in the requested channel order.
+class ImagePipeline final : public SamplePipeline {
+ public:
+  // Throws bad_input for an unknown cache kind or a crop < 1.
+  ImagePipeline(std::shared_ptr<const SampleSource> source, ImagePipelineOptions options);
+  int64_t size() const override { return source_->size(); }
+  ImageSpec output_spec() const override;
+  int64_t produce(int64_t index, int64_t epoch, uint8_t* dst) const override;
+  std::string describe() const override;
+  int files_needed(int threads) const override;
+  // Bytes held by the cache now.
+  int64_t cached_bytes() const { return cache_used_.load(); }
+
+ private:
+  struct Cached;
+  std::shared_ptr<const Cached> lookup(int64_t index) const;
+  void store(int64_t index, std::shared_ptr<const Cached> entry, int64_t bytes) const;
+
+  std::shared_ptr<const SampleSource> source_;
+  ImagePipelineOptions opt_;
+  int cache_kind_ = 0;  // 0 none, 1 encoded, 2 decoded
+  mutable std::vector<std::shared_ptr<const Cached>> cache_;  // guarded by cache_mu_ stripes
+  mutable std::mutex cache_mu_[64];
+  mutable std::atomic<int64_t> cache_used_{0};
+};
+
+}  // namespace crucible::data

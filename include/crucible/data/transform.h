@@ -1,0 +1,37 @@
+// Per-sample transforms on uint8 pixels, before collation: RandomResizedCrop with
+// torchvision's semantics, the evaluation resize + centre crop, an antialiased resize, and the
+// horizontal flip. Crop parameters are drawn from the sample's own RNG stream (law 1).
+// Torch-free; all functions are pure and thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "crucible/core/rng.h"
+#include "crucible/data/decode.h"
+
+namespace crucible::data {
+
+struct RandomResizedCropOptions {
+  double scale_min = 0.08, scale_max = 1.0;          // fraction of the image area
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;  // width / height
+};
+
+// torchvision.transforms.RandomResizedCrop.get_params: ten tries at a random area and log-
+// uniform aspect ratio that fits, then a centre crop clamped to the ratio range.
+Rect random_resized_crop(int width, int height, SampleRng& rng, const RandomResizedCropOptions& options = {});
+
+// The region that "resize the short side to crop / crop_fraction, then centre-crop crop × crop"
+// keeps (torchvision's Resize(256) + CenterCrop(224) for crop 224, fraction 0.875), in source
+// pixels.
+Rect center_crop_region(int width, int height, double crop_fraction = 0.875);
+
+// Resizes the [src_h, src_w, channels] uint8 image region (`src_stride` bytes per row) to
+// [dst_h, dst_w, channels], with PIL's antialiased bilinear filter (a triangle widened by the
+// downscale factor), in 14-bit fixed point.
+void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int channels, uint8_t* dst, int dst_w,
+                  int dst_h);
+
+// Mirrors each row of a [h, w, channels] image in place.
+void hflip_image(uint8_t* pixels, int w, int h, int channels);
+
+}  // namespace crucible::data

@@ -1,0 +1,34 @@
+// Builds the data pipelines a job describes ([data] section): IDX files held in RAM, or encoded
+// images from any sample source. Shared by the Trainer and `crucible bench loader`, so the
+// benchmark measures exactly what training runs. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "crucible/data/loader.h"
+#include "crucible/data/pipeline.h"
+#include "crucible/train/job_config.h"
+
+namespace crucible::train {
+
+struct DataSetup {
+  std::shared_ptr<const data::SamplePipeline> train;  // training transforms (flip / RandomResizedCrop)
+  std::shared_ptr<const data::SamplePipeline> test;   // evaluation transforms (none / centre crop)
+  int64_t num_classes = 0;
+};
+
+// Reads job.data: "idx" loads the four IDX files; "images" opens train_path and test_path.
+DataSetup make_data(const JobConfig& job, uint64_t augment_seed);
+
+// The training pipeline over `path` for `crucible bench loader`: a folder holding
+// train-images-idx3-ubyte(.gz) + train-labels-idx1-ubyte(.gz) is IDX; anything else goes to
+// data::open_samples (image folder, tar shards, LMDB, packed index).
+std::shared_ptr<const data::SamplePipeline> make_pipeline_for_path(const std::string& path, const JobConfig& job,
+                                                                   uint64_t augment_seed, bool train);
+
+// Loader options from job.data (threads resolved by the caller: data.threads, or chosen).
+data::LoaderOptions loader_options(const JobConfig& job, int64_t batch_size, int threads);
+
+}  // namespace crucible::train

@@ -1,0 +1,231 @@
+// bench loader / pack.
+#include "data_commands.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "crucible/core/config.h"
+#include "crucible/core/error.h"
+#include "crucible/core/log.h"
+#include "crucible/core/rng.h"
+#include "crucible/core/sha256.h"
+#include "crucible/core/thread_pool.h"
+#include "crucible/data/decode.h"
+#include "crucible/data/loader.h"
+#include "crucible/data/pack.h"
+#include "crucible/data/sample_source.h"
+#include "crucible/train/data_setup.h"
+#include "crucible/train/job_config.h"
+
+namespace crucible {
+extern const char* const kDefaultConfigToml;
+}
+
+namespace crucible::cli {
+
+CLI::App* add_bench_loader(CLI::App& bench, BenchLoaderArgs& a) {
+  CLI::App* cmd = bench.add_subcommand(
+      "loader", "time the data pipeline alone, after warm-up (X9): images/s, and a digest of every batch");
+  cmd->add_option("--data", a.data,
+                  "an image folder, tar shard(s), an LMDB folder, a packed index, or a folder of IDX files "
+                  "(train-images-idx3-ubyte[.gz])")
+      ->required();
+  cmd->add_option("--crop", a.crop, "output side for images (RandomResizedCrop)")->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", a.threads, "loader threads (default: measured, D10)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--epochs", a.epochs, "passes over the data")->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size", a.batch_size, "samples per batch")->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", a.warmup, "batches before the clock starts (default 5% of an epoch, >= 2)");
+  cmd->add_option("--split-at", a.split_at,
+                  "after this many batches of the first epoch, drop the loader and resume a new one from the saved "
+                  "position (the digest must not change)");
+  cmd->add_flag("--eval", a.eval, "evaluation transforms (resize + centre crop) instead of training ones");
+  cmd->add_flag("--digest", a.digest, "SHA-256 over every batch's pixels and labels, in order");
+  cmd->add_flag("--json", a.json, "print one JSON object as the last line");
+  cmd->add_option("--set", a.overrides, "override a config key, e.g. --set data.bad_samples=skip")
+      ->type_name("KEY=VALUE");
+  return cmd;
+}
+
+CLI::App* add_bench_decode(CLI::App& bench, BenchDecodeArgs& a) {
+  CLI::App* cmd = bench.add_subcommand(
+      "decode", "full-resolution decode rate of a sample source's images, read into RAM first: the limit a "
+                "loader that decodes every pixel cannot pass");
+  cmd->add_option("--data", a.data, "an image folder, tar shard(s), an LMDB folder or a packed index")->required();
+  cmd->add_option("--threads", a.threads, "decoding threads (each decodes whole images, D7)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--limit", a.limit, "decode at most this many samples");
+  cmd->add_flag("--json", a.json, "print one JSON object as the last line");
+  return cmd;
+}
+
+int run_bench_decode(const BenchDecodeArgs& a) {
+  auto source = data::open_samples(a.data);
+  const int64_t n = a.limit > 0 ? std::min(a.limit, source->size()) : source->size();
+  std::vector<std::vector<uint8_t>> bytes(static_cast<size_t>(n));
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    data::EncodedSample s = source->get(i);
+    bytes[static_cast<size_t>(i)].assign(s.data, s.data + s.size);
+    total += static_cast<int64_t>(s.size);
+  }
+  std::atomic<int64_t> next{0}, pixels{0}, bad{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    ThreadPool pool(a.threads);
+    std::atomic<int> running{a.threads};
+    for (int t = 0; t < a.threads; ++t) {
+      pool.submit([&] {
+        for (int64_t i; (i = next.fetch_add(1)) < n;) {
+          const auto& b = bytes[static_cast<size_t>(i)];
+          try {
+            data::DecodedImage img = data::decode_image(b.data(), b.size(), "sample");
+            pixels += static_cast<int64_t>(img.width) * img.height;
+          } catch (const Error&) {
+            ++bad;
+          }
+        }
+        --running;
+      });
+    }
+    while (running.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double rate = static_cast<double>(n - bad.load()) / secs;
+  log_info("decoded {} images ({} MiB encoded, {:.1f} Mpixel) in {:.2f} s on {} thread(s): {:.0f} images/s, {:.0f} "
+           "Mpixel/s{}",
+           n - bad.load(), total >> 20, static_cast<double>(pixels.load()) / 1e6, secs, a.threads, rate,
+           static_cast<double>(pixels.load()) / 1e6 / secs, bad.load() > 0 ? fmt::format(" ({} failed)", bad.load()) : "");
+  if (a.json) {
+    nlohmann::ordered_json j = {{"images_per_s", rate}, {"images", n - bad.load()}, {"seconds", secs},
+                                {"threads", a.threads},  {"failed", bad.load()},    {"data", a.data}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+CLI::App* add_pack(CLI::App& app, PackArgs& a) {
+  CLI::App* cmd = app.add_subcommand(
+      "pack", "copy samples into page-aligned, memory-mappable shards with an index (D1, D11)");
+  cmd->add_option("src", a.src, "an image folder, tar shard(s), an LMDB folder or a packed index")->required();
+  cmd->add_option("dst", a.dst, "output folder (index.crpk + shard files), or an LMDB folder with --lmdb")->required();
+  auto* re = cmd->add_flag("--reencode", a.reencode, "re-encode as JPEG, no side longer than --max-side");
+  auto* raw = cmd->add_flag("--raw", a.raw, "store decoded RGB pixels (no decoding when training)");
+  re->excludes(raw);
+  cmd->add_option("--max-side", a.max_side, "longest side after re-encoding (0 = keep)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--quality", a.quality, "JPEG quality for --reencode")->check(CLI::Range(1, 100));
+  cmd->add_flag("--validate", a.validate, "decode every sample; report and leave out the bad ones (D5)");
+  cmd->add_flag("--lmdb", a.lmdb, "write an LMDB database instead (label + original bytes per key)");
+  cmd->add_option("--threads", a.threads, "worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--shard-mb", a.shard_mb, "shard size in MiB")->check(CLI::PositiveNumber);
+  cmd->add_option("--align", a.align, "sample alignment in bytes (power of two, >= 64)");
+  return cmd;
+}
+
+int run_bench_loader(const BenchLoaderArgs& a) {
+  train::JobConfig job;
+  ConfigSchema schema;
+  train::bind_job_config(job, schema);
+  schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
+  for (const auto& o : a.overrides) schema.apply_override(o);
+  job.data.crop = a.crop;
+  const uint64_t seed = derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kAugment);
+  auto pipeline = train::make_pipeline_for_path(a.data, job, seed, !a.eval);
+  int threads = a.threads;
+  std::string chosen;
+  if (threads == 0) threads = data::choose_loader_threads(*pipeline, available_cores(), &chosen);
+  log_info("data: {} samples; {}", pipeline->size(), pipeline->describe());
+  log_info("loader: {}, batch {}, prefetch {}, bad samples: {}",
+           chosen.empty() ? fmt::format("{} thread(s)", threads) : chosen, a.batch_size, job.data.prefetch,
+           job.data.bad_samples);
+
+  const data::Sampler sampler(pipeline->size(), /*shuffle=*/!a.eval,
+                              derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kSampler));
+  auto make_loader = [&] {
+    return std::make_unique<data::Loader>(pipeline, sampler, train::loader_options(job, a.batch_size, threads));
+  };
+  auto loader = make_loader();
+  const int64_t per_epoch = loader->batches_per_epoch();
+  const int64_t warmup = a.warmup >= 0 ? a.warmup : std::max<int64_t>(2, per_epoch / 20);
+  Sha256 digest;
+  int64_t batches = 0, images = 0, timed_images = 0, skipped = 0;
+  std::vector<std::string> skipped_names;
+  auto clock_start = std::chrono::steady_clock::now();
+  bool timing = warmup == 0;
+  for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
+    loader->start_epoch(epoch);
+    for (;;) {
+      if (epoch == 0 && a.split_at >= 0 && batches == a.split_at) {
+        // A save/restore in mid-epoch: the saved position is (epoch, batch); a new loader resumes.
+        skipped += loader->skipped_count();
+        skipped_names.insert(skipped_names.end(), loader->skipped_names().begin(), loader->skipped_names().end());
+        loader = make_loader();
+        loader->start_epoch(epoch, a.split_at);
+      }
+      auto batch = loader->next();
+      if (!batch) break;
+      ++batches;
+      images += batch->size();
+      if (timing) timed_images += batch->size();
+      if (a.digest) {
+        digest.update(batch->pixels.data(), batch->pixels.size());
+        digest.update(batch->labels.data(), batch->labels.size() * sizeof(int64_t));
+      }
+      if (!timing && batches == warmup) {
+        timing = true;
+        clock_start = std::chrono::steady_clock::now();
+      }
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start).count();
+  skipped += loader->skipped_count();
+  skipped_names.insert(skipped_names.end(), loader->skipped_names().begin(), loader->skipped_names().end());
+  const double rate = secs > 0 && timing ? static_cast<double>(timed_images) / secs : 0.0;
+  const std::string hex = a.digest ? digest.hex_digest() : "";
+  for (const auto& s : skipped_names) log_warn("skipped: {}", s);
+  log_info("{} images in {} batches; {:.0f} images/s over {} timed images ({:.2f} s after {} warm-up batches){}{}",
+           images, batches, rate, timed_images, secs, warmup, skipped > 0 ? fmt::format("; {} skipped", skipped) : "",
+           a.digest ? "; digest " + hex : "");
+  if (a.json) {
+    nlohmann::ordered_json j = {{"images_per_s", rate},   {"images", images},     {"timed_images", timed_images},
+                                {"seconds", secs},        {"batches", batches},   {"threads", threads},
+                                {"crop", a.crop},         {"epochs", a.epochs},   {"batch_size", a.batch_size},
+                                {"skipped", skipped},     {"skipped_names", skipped_names},
+                                {"digest", a.digest ? nlohmann::ordered_json(hex) : nlohmann::ordered_json(nullptr)},
+                                {"data", a.data}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+int run_pack(const PackArgs& a) {
+  auto source = data::open_samples(a.src);
+  if (a.lmdb) {
+    data::write_lmdb(*source, a.dst);
+    log_info("{} → {} (LMDB): {} samples", a.src, a.dst, source->size());
+    return 0;
+  }
+  data::PackOptions o;
+  o.mode = a.reencode ? data::PackOptions::Mode::kReencode
+                      : a.raw ? data::PackOptions::Mode::kRaw : data::PackOptions::Mode::kOriginal;
+  o.max_side = a.max_side;
+  o.quality = a.quality;
+  o.validate = a.validate;
+  o.shard_bytes = a.shard_mb << 20;
+  o.align = a.align;
+  o.threads = a.threads > 0 ? a.threads : available_cores();
+  const auto t0 = std::chrono::steady_clock::now();
+  data::PackReport r = data::pack_samples(*source, a.dst, o);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto& b : r.bad) log_warn("left out: {}", b);
+  log_info("{} → {}: {} samples, {} bytes in {} file(s), {:.1f} s{}", a.src, a.dst, r.samples, r.bytes, r.files.size(),
+           secs, r.bad.empty() ? "" : fmt::format("; {} bad sample(s) left out", r.bad.size()));
+  return 0;
+}
+
+}  // namespace crucible::cli

@@ -1,0 +1,154 @@
+// ArrayPipeline and ImagePipeline.
+#include "crucible/data/pipeline.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "crucible/core/error.h"
+#include "crucible/core/rng.h"
+
+namespace crucible::data {
+
+ArrayPipeline::ArrayPipeline(std::shared_ptr<const Source> source, float hflip, uint64_t augment_seed)
+    : source_(std::move(source)), hflip_(hflip), seed_(augment_seed) {}
+
+int64_t ArrayPipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const {
+  const ImageSpec spec = source_->spec();
+  std::memcpy(dst, source_->pixels(index), static_cast<size_t>(spec.bytes()));
+  if (hflip_ > 0.0f) {
+    SampleRng rng(seed_, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
+    if (rng.bernoulli(hflip_)) hflip_image(dst, static_cast<int>(spec.width), static_cast<int>(spec.height),
+                                           static_cast<int>(spec.channels));
+  }
+  return source_->label(index);
+}
+
+std::string ArrayPipeline::describe() const {
+  return fmt::format("{} ({}), flip p={}", source_->describe(), source_->spec().to_string(), hflip_);
+}
+
+// A cache entry: the encoded bytes, or the decoded full image.
+struct ImagePipeline::Cached {
+  std::vector<uint8_t> bytes;  // encoded bytes, or [h, w, 3] RGB
+  int width = 0, height = 0;   // decoded only
+  int64_t label = -1;
+  std::string name;
+};
+
+ImagePipeline::ImagePipeline(std::shared_ptr<const SampleSource> source, ImagePipelineOptions options)
+    : source_(std::move(source)), opt_(std::move(options)) {
+  if (opt_.crop < 1) throw bad_input("data.crop must be >= 1, found {}", opt_.crop);
+  if (opt_.cache == "none") {
+    cache_kind_ = 0;
+  } else if (opt_.cache == "encoded") {
+    cache_kind_ = 1;
+  } else if (opt_.cache == "decoded") {
+    cache_kind_ = 2;
+  } else {
+    throw bad_input("data.cache: expected \"none\", \"encoded\" or \"decoded\", found \"{}\"", opt_.cache);
+  }
+  if (cache_kind_ != 0) cache_.resize(static_cast<size_t>(source_->size()));
+}
+
+ImageSpec ImagePipeline::output_spec() const {
+  return ImageSpec{opt_.crop, opt_.crop, 3, opt_.order, ValueRange::kByte};
+}
+
+int ImagePipeline::files_needed(int threads) const {
+  return source_->files_held() + threads * source_->files_per_read();
+}
+
+std::shared_ptr<const ImagePipeline::Cached> ImagePipeline::lookup(int64_t index) const {
+  std::lock_guard<std::mutex> lock(cache_mu_[index % 64]);
+  return cache_[static_cast<size_t>(index)];
+}
+
+void ImagePipeline::store(int64_t index, std::shared_ptr<const Cached> entry, int64_t bytes) const {
+  // D1: the budget is checked before the bytes are kept; past it the sample is simply re-read.
+  if (cache_used_.fetch_add(bytes) + bytes > opt_.cache_bytes) {
+    cache_used_.fetch_sub(bytes);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(cache_mu_[index % 64]);
+  if (cache_[static_cast<size_t>(index)]) {
+    cache_used_.fetch_sub(bytes);  // another thread cached it first
+    return;
+  }
+  cache_[static_cast<size_t>(index)] = std::move(entry);
+}
+
+int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const {
+  const int crop = opt_.crop;
+  std::shared_ptr<const Cached> cached = cache_kind_ != 0 ? lookup(index) : nullptr;
+  EncodedSample sample;
+  if (!cached) sample = source_->get(index);
+  const std::string& name = cached ? cached->name : sample.name;
+  const int64_t label = cached ? cached->label : sample.label;
+  const uint8_t* data = cached ? cached->bytes.data() : sample.data;
+  const size_t size = cached ? cached->bytes.size() : sample.size;
+
+  if (cache_kind_ == 1 && !cached) {
+    auto e = std::make_shared<Cached>();
+    e->bytes.assign(sample.data, sample.data + sample.size);
+    e->label = sample.label;
+    e->name = sample.name;
+    store(index, e, static_cast<int64_t>(e->bytes.size() + name.size() + sizeof(Cached)));
+  }
+
+  SampleRng rng(opt_.augment_seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
+  int width, height;
+  std::shared_ptr<const Cached> decoded;
+  if (cache_kind_ == 2) {
+    decoded = cached;
+    if (!decoded) {
+      DecodedImage full = decode_image(data, size, name);
+      auto e = std::make_shared<Cached>();
+      e->bytes = std::move(full.pixels);
+      e->width = full.width;
+      e->height = full.height;
+      e->label = label;
+      e->name = name;
+      store(index, e, static_cast<int64_t>(e->bytes.size() + name.size() + sizeof(Cached)));
+      decoded = e;
+    }
+    width = decoded->width;
+    height = decoded->height;
+  } else {
+    const ImageInfo info = probe_image(data, size, name);
+    width = info.width;
+    height = info.height;
+  }
+  if (width < 1 || height < 1) throw bad_input("{}: image has no pixels ({}x{})", name, width, height);
+
+  const Rect region = opt_.train ? random_resized_crop(width, height, rng, opt_.rrc)
+                                 : center_crop_region(width, height, opt_.center_fraction);
+  if (decoded) {
+    const uint8_t* src = decoded->bytes.data() + (static_cast<size_t>(region.y) * width + region.x) * 3;
+    resize_image(src, region.width, region.height, width * 3, 3, dst, crop, crop);
+  } else {
+    DecodeOptions d;
+    d.region = region;
+    d.min_width = crop;
+    d.min_height = crop;
+    DecodedImage img = decode_image(data, size, name, d);
+    resize_image(img.pixels.data(), img.width, img.height, img.width * 3, 3, dst, crop, crop);
+  }
+  if (opt_.train && opt_.hflip > 0.0f && rng.bernoulli(opt_.hflip)) hflip_image(dst, crop, crop, 3);
+  if (opt_.order == ColorOrder::kBGR) {
+    for (int i = 0; i < crop * crop; ++i) std::swap(dst[3 * i], dst[3 * i + 2]);
+  }
+  return label;
+}
+
+std::string ImagePipeline::describe() const {
+  return fmt::format("{}: {} {}x{} crops ({}), {}, cache {}{}", source_->describe(),
+                     opt_.train ? "RandomResizedCrop" : "resize + centre", opt_.crop, opt_.crop,
+                     opt_.train ? fmt::format("scale {}–{}, flip p={}", opt_.rrc.scale_min, opt_.rrc.scale_max, opt_.hflip)
+                                : fmt::format("keeps {} of the short side", opt_.center_fraction),
+                     color_order_name(opt_.order), opt_.cache,
+                     opt_.cache == "none" ? "" : fmt::format(" (budget {} MiB)", opt_.cache_bytes >> 20));
+}
+
+}  // namespace crucible::data

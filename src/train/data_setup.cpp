@@ -1,0 +1,91 @@
+// make_data / make_pipeline_for_path: config → pipelines.
+#include "crucible/train/data_setup.h"
+
+#include <filesystem>
+
+#include "crucible/core/error.h"
+#include "crucible/data/sample_source.h"
+#include "crucible/data/source.h"
+
+namespace crucible::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<const data::SamplePipeline> image_pipeline(std::shared_ptr<const data::SampleSource> source,
+                                                           const JobConfig& job, uint64_t seed, bool train) {
+  data::ImagePipelineOptions o;
+  o.crop = static_cast<int>(job.data.crop);
+  o.train = train;
+  o.hflip = train ? static_cast<float>(job.data.hflip) : 0.0f;
+  o.cache = job.data.cache;
+  o.cache_bytes = job.data.cache_mb << 20;
+  o.order = data::parse_color_order(job.data.color_order, "data.color_order");
+  o.augment_seed = seed;
+  return std::make_shared<data::ImagePipeline>(std::move(source), o);
+}
+
+// IDX pair inside `dir`: the gzip or plain files of the given split ("train" or "t10k").
+bool find_idx(const std::string& dir, const std::string& split, std::string* images, std::string* labels) {
+  for (const char* ext : {".gz", ""}) {
+    const fs::path img = fs::path(dir) / (split + "-images-idx3-ubyte" + ext);
+    const fs::path lab = fs::path(dir) / (split + "-labels-idx1-ubyte" + ext);
+    if (fs::exists(img) && fs::exists(lab)) {
+      *images = img.string();
+      *labels = lab.string();
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+DataSetup make_data(const JobConfig& job, uint64_t augment_seed) {
+  DataSetup d;
+  if (job.data.dataset == "idx") {
+    std::shared_ptr<const data::Source> train =
+        data::load_idx_source(job.data.train_images, job.data.train_labels, job.data.train_samples);
+    std::shared_ptr<const data::Source> test =
+        data::load_idx_source(job.data.test_images, job.data.test_labels, job.data.test_samples);
+    const data::ImageSpec a = train->spec(), b = test->spec();
+    if (a.height != b.height || a.width != b.width || a.channels != b.channels) {
+      throw bad_input("training images are {} but test images are {}", a.to_string(), b.to_string());
+    }
+    d.num_classes = std::max(train->num_classes(), test->num_classes());
+    d.train = std::make_shared<data::ArrayPipeline>(train, static_cast<float>(job.data.hflip), augment_seed);
+    d.test = std::make_shared<data::ArrayPipeline>(test, 0.0f, 0);
+    return d;
+  }
+  if (job.data.train_path.empty() || job.data.test_path.empty()) {
+    throw bad_input("data.dataset = \"images\" needs data.train_path and data.test_path");
+  }
+  std::shared_ptr<const data::SampleSource> train = data::open_samples(job.data.train_path);
+  std::shared_ptr<const data::SampleSource> test = data::open_samples(job.data.test_path);
+  if (train->size() == 0) throw bad_input("{}: no samples", job.data.train_path);
+  d.num_classes = static_cast<int64_t>(std::max(train->classes().size(), test->classes().size()));
+  d.train = image_pipeline(train, job, augment_seed, true);
+  d.test = image_pipeline(test, job, 0, false);
+  return d;
+}
+
+std::shared_ptr<const data::SamplePipeline> make_pipeline_for_path(const std::string& path, const JobConfig& job,
+                                                                   uint64_t augment_seed, bool train) {
+  std::string images, labels;
+  if (fs::is_directory(path) && find_idx(path, train ? "train" : "t10k", &images, &labels)) {
+    std::shared_ptr<const data::Source> src = data::load_idx_source(images, labels, job.data.train_samples);
+    return std::make_shared<data::ArrayPipeline>(src, train ? static_cast<float>(job.data.hflip) : 0.0f, augment_seed);
+  }
+  return image_pipeline(data::open_samples(path), job, augment_seed, train);
+}
+
+data::LoaderOptions loader_options(const JobConfig& job, int64_t batch_size, int threads) {
+  data::LoaderOptions o;
+  o.batch_size = batch_size;
+  o.threads = threads;
+  o.prefetch = static_cast<int>(job.data.prefetch);
+  o.bad_samples = data::parse_bad_sample_policy(job.data.bad_samples);
+  return o;
+}
+
+}  // namespace crucible::train

@@ -1,0 +1,111 @@
+// Transforms: RandomResizedCrop keeps torchvision's semantics (area and ratio ranges, the
+// deterministic fallback compared with torchvision itself), the resize matches PIL's
+// antialiased bilinear within rounding, and the flip mirrors rows.
+#include "crucible/data/transform.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "test_util.h"
+
+namespace crucible::data {
+namespace {
+
+TEST(RandomResizedCrop, AreaAndRatioWithinTorchvisionRanges) {
+  int fallback = 0;
+  for (uint64_t i = 0; i < 5000; ++i) {
+    SampleRng rng(7, 0, i);
+    const Rect r = random_resized_crop(500, 375, rng);
+    ASSERT_GE(r.x, 0);
+    ASSERT_GE(r.y, 0);
+    ASSERT_LE(r.x + r.width, 500);
+    ASSERT_LE(r.y + r.height, 375);
+    const double area = static_cast<double>(r.width) * r.height / (500.0 * 375.0);
+    const double ratio = static_cast<double>(r.width) / r.height;
+    if (r.width == 375 * 4 / 3 + 0 && r.height == 375) ++fallback;
+    EXPECT_GE(area, 0.07);  // rounding of w and h
+    EXPECT_LE(area, 1.0);
+    EXPECT_GE(ratio, 0.74);
+    EXPECT_LE(ratio, 1.35);
+  }
+  EXPECT_LT(fallback, 250);  // the fallback is rare on a 4:3 image
+}
+
+TEST(RandomResizedCrop, FallbackEqualsTorchvision) {
+  // A 1000×10 image: no try can fit, so torchvision falls back to a centre crop clamped to the
+  // ratio range — deterministic, so torchvision is the oracle.
+  const std::string out = test::run_python(
+      "import torch\nfrom torchvision.transforms import RandomResizedCrop\n"
+      "img = torch.zeros(3, 10, 1000)\n"
+      "print(*RandomResizedCrop.get_params(img, scale=(0.08, 1.0), ratio=(3/4, 4/3)))\n"
+      "img = torch.zeros(3, 1000, 10)\n"
+      "print(*RandomResizedCrop.get_params(img, scale=(0.08, 1.0), ratio=(3/4, 4/3)))\n");
+  std::istringstream in(out);
+  int i, j, h, w;
+  SampleRng rng(1, 0, 0);
+  in >> i >> j >> h >> w;
+  Rect r = random_resized_crop(1000, 10, rng);
+  EXPECT_EQ(r.y, i);
+  EXPECT_EQ(r.x, j);
+  EXPECT_EQ(r.height, h);
+  EXPECT_EQ(r.width, w);
+  in >> i >> j >> h >> w;
+  r = random_resized_crop(10, 1000, rng);
+  EXPECT_EQ(r.y, i);
+  EXPECT_EQ(r.x, j);
+  EXPECT_EQ(r.height, h);
+  EXPECT_EQ(r.width, w);
+}
+
+TEST(CenterCrop, KeepsTheCentralFraction) {
+  const Rect r = center_crop_region(500, 375);  // Resize(256) + CenterCrop(224) on 500×375
+  EXPECT_EQ(r.width, 328);
+  EXPECT_EQ(r.height, 328);
+  EXPECT_EQ(r.x, 86);
+  EXPECT_EQ(r.y, 23);
+}
+
+TEST(Resize, MatchesPilBilinearAntialiased) {
+  test::TempDir d;
+  const int sw = 97, sh = 61;
+  std::vector<uint8_t> src(static_cast<size_t>(sw) * sh * 3);
+  for (size_t k = 0; k < src.size(); ++k) src[k] = static_cast<uint8_t>((k * 2654435761u) >> 24);
+  test::write_text(d / "src.raw", std::string(src.begin(), src.end()));
+  for (auto [dw, dh] : {std::pair<int, int>{40, 25}, {150, 90}, {97, 30}}) {
+    std::vector<uint8_t> dst(static_cast<size_t>(dw) * dh * 3);
+    resize_image(src.data(), sw, sh, sw * 3, 3, dst.data(), dw, dh);
+    const std::string out = test::run_python(
+        "import numpy as np\nfrom PIL import Image\n"
+        "a = np.fromfile('" + (d / "src.raw") + "', np.uint8).reshape(" + std::to_string(sh) + ", " + std::to_string(sw) +
+        ", 3)\n"
+        "b = np.asarray(Image.fromarray(a).resize((" + std::to_string(dw) + ", " + std::to_string(dh) +
+        "), Image.BILINEAR)).astype(int)\n"
+        "c = np.frombuffer(bytes.fromhex('" + [&] {
+          std::string hex;
+          static const char* k = "0123456789abcdef";
+          for (uint8_t v : dst) {
+            hex += k[v >> 4];
+            hex += k[v & 15];
+          }
+          return hex;
+        }() + "'), np.uint8).reshape(b.shape).astype(int)\n"
+              "print(int(np.abs(b - c).max()), float(np.abs(b - c).mean()))\n");
+    std::istringstream in(out);
+    int max_diff;
+    double mean_diff;
+    in >> max_diff >> mean_diff;
+    EXPECT_LE(max_diff, 2) << dw << "x" << dh;
+    EXPECT_LT(mean_diff, 0.5) << dw << "x" << dh;
+  }
+}
+
+TEST(Flip, MirrorsEveryRow) {
+  std::vector<uint8_t> px = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};  // 2 rows × 2 pixels × 3
+  hflip_image(px.data(), 2, 2, 3);
+  EXPECT_EQ(px, (std::vector<uint8_t>{4, 5, 6, 1, 2, 3, 10, 11, 12, 7, 8, 9}));
+}
+
+}  // namespace
+}  // namespace crucible::data
