@@ -60,11 +60,27 @@ DeviceInput::DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10:
 
 at::Tensor DeviceInput::images(const Batch& batch) const {
   // The batch outlives this call; from_blob does not copy, the conversion below does.
-  at::Tensor raw = at::from_blob(batch.pixels.data(),
-                                 {batch.size(), spec_.height, spec_.width, spec_.channels}, at::kByte);
-  at::Tensor x = raw.to(device_).permute({0, 3, 1, 2});  // NHWC memory = channels_last NCHW view
+  at::Tensor x;
+  if (batch.channels_first) {
+    x = at::from_blob(batch.pixels.data(), {batch.size(), spec_.channels, spec_.height, spec_.width}, at::kByte)
+            .to(device_, /*non_blocking=*/true);
+  } else {  // NHWC memory = channels_last NCHW view
+    x = at::from_blob(batch.pixels.data(), {batch.size(), spec_.height, spec_.width, spec_.channels}, at::kByte)
+            .to(device_, /*non_blocking=*/true)
+            .permute({0, 3, 1, 2});
+  }
   x = x.to(at::kFloat).contiguous(channels_last_ ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
   return x.mul_(scale_).add_(shift_);
+}
+
+std::function<PixelBuffer(size_t)> DeviceInput::batch_allocator() const {
+  if (device_.is_cpu()) return nullptr;  // the loader's heap buffers
+  // D9: batches assembled straight into pinned host memory, so the copy above is asynchronous.
+  return [](size_t bytes) {
+    auto t = std::make_shared<at::Tensor>(
+        at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte).pinned_memory(true)));
+    return PixelBuffer(t->data_ptr<uint8_t>(), bytes, t);
+  };
 }
 
 at::Tensor DeviceInput::labels(const Batch& batch) const {

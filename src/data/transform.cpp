@@ -55,70 +55,117 @@ Coefficients coefficients(int in, int out) {
   const double scale = static_cast<double>(in) / out;
   const double filter_scale = std::max(scale, 1.0);
   const double support = filter_scale;  // bilinear support 1.0 × scale
-  // Every output reads exactly `taps` inputs starting at first[o] (zero weights pad), so the
-  // passes never index past the input.
-  c.taps = std::min(static_cast<int>(std::ceil(support)) * 2 + 1, in);
-  c.first.resize(out);
-  c.weights.assign(static_cast<size_t>(out) * c.taps, 0);
-  std::vector<double> w(c.taps);
+  // Windows as PIL computes them; `taps` is the widest, so every output reads exactly `taps`
+  // inputs from first[o] (zero weights pad) and the passes never index past the input.
+  std::vector<int> lo(out), hi(out);
+  int taps = 1;
   for (int o = 0; o < out; ++o) {
     const double center = (o + 0.5) * scale;
-    int lo = std::max(0, static_cast<int>(center - support + 0.5));
-    int hi = std::min(in, static_cast<int>(center + support + 0.5));
-    if (hi - lo > c.taps) hi = lo + c.taps;
+    lo[o] = std::max(0, static_cast<int>(center - support + 0.5));
+    hi[o] = std::min(in, static_cast<int>(center + support + 0.5));
+    taps = std::max(taps, hi[o] - lo[o]);
+  }
+  c.taps = std::min(taps, in);
+  c.first.resize(out);
+  c.weights.assign(static_cast<size_t>(out) * c.taps, 0);
+  std::vector<double> w(static_cast<size_t>(c.taps));
+  for (int o = 0; o < out; ++o) {
+    const double center = (o + 0.5) * scale;
     double sum = 0;
-    for (int i = lo; i < hi; ++i) {
+    for (int i = lo[o]; i < hi[o]; ++i) {
       const double t = std::abs((i - center + 0.5) / filter_scale);
-      w[i - lo] = t < 1.0 ? 1.0 - t : 0.0;
-      sum += w[i - lo];
+      w[i - lo[o]] = t < 1.0 ? 1.0 - t : 0.0;
+      sum += w[i - lo[o]];
     }
-    const int first = std::min(lo, in - c.taps);
+    const int first = std::min(lo[o], in - c.taps);
     c.first[o] = first;
     int32_t* dst = &c.weights[static_cast<size_t>(o) * c.taps];
-    for (int i = lo; i < hi; ++i) {
-      dst[i - first] = static_cast<int32_t>(std::lround((sum > 0 ? w[i - lo] / sum : 0.0) * (1 << kBits)));
+    for (int i = lo[o]; i < hi[o]; ++i) {
+      dst[i - first] = static_cast<int32_t>(std::lround((sum > 0 ? w[i - lo[o]] / sum : 0.0) * (1 << kBits)));
     }
   }
   return c;
 }
 
-inline uint8_t clamp8(int32_t v) {
+__attribute__((always_inline)) inline uint8_t clamp8(int32_t v) {
   v = (v + (1 << (kBits - 1))) >> kBits;
   return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
+// One row of the horizontal pass for RGB with a tap count known at compile time (unrolled,
+// weights in registers; kTaps = 0 handles any count). Each tap reads 4 bytes (RGB plus the
+// next pixel's R, ignored) so the four lanes vectorise; rows carry one byte of padding.
+template <int kTaps>
+__attribute__((always_inline)) inline void horizontal_rgb(const uint8_t* m, const Coefficients& cx, int taps,
+                                                          uint8_t* d, int dst_w) {
+  const int n = kTaps > 0 ? kTaps : taps;
+  for (int x = 0; x < dst_w; ++x) {
+    const int32_t* wx = &cx.weights[static_cast<size_t>(x) * n];
+    const uint8_t* s = m + static_cast<size_t>(cx.first[x]) * 3;
+    int32_t a[4] = {0, 0, 0, 0};
+    for (int k = 0; k < n; ++k) {
+      const int32_t w = wx[k];
+      for (int c = 0; c < 4; ++c) a[c] += w * s[3 * k + c];
+    }
+    d[3 * x] = clamp8(a[0]);
+    d[3 * x + 1] = clamp8(a[1]);
+    d[3 * x + 2] = clamp8(a[2]);
+  }
+}
+
 }  // namespace
 
-void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int channels, uint8_t* dst, int dst_w,
-                  int dst_h) {
+// Built for AVX2 and for the baseline ISA; the loader picks at run time (ifunc).
+__attribute__((target_clones("avx2", "default"))) void resize_image(const uint8_t* src, int src_w, int src_h,
+                                                                   int src_stride, int channels, uint8_t* dst,
+                                                                   int dst_w, int dst_h) {
   const Coefficients cx = coefficients(src_w, dst_w);
   const Coefficients cy = coefficients(src_h, dst_h);
-  // Vertical pass first (on contiguous rows, which vectorises), into an intermediate of
-  // dst_h rows × src_w pixels; then the horizontal pass.
+  // Vertical pass first, on contiguous rows (the inner loop vectorises), into an intermediate
+  // of dst_h rows × src_w pixels; then the horizontal pass, all channels of a pixel at once.
+  // Buffers are per thread and reused: this runs once per sample on the hot path.
   const int row = src_w * channels;
-  std::vector<uint8_t> mid(static_cast<size_t>(dst_h) * row);
-  std::vector<int32_t> acc(row);
+  thread_local std::vector<uint8_t> mid;
+  thread_local std::vector<int32_t> acc;
+  mid.resize(static_cast<size_t>(dst_h) * row + 1);  // +1: the 4-byte loads of the last pixel
+  acc.resize(static_cast<size_t>(row));
   for (int y = 0; y < dst_h; ++y) {
-    std::fill(acc.begin(), acc.end(), 0);
+    int32_t* a = acc.data();
     const int32_t* wy = &cy.weights[static_cast<size_t>(y) * cy.taps];
-    for (int k = 0; k < cy.taps; ++k) {
+    const uint8_t* s0 = src + static_cast<size_t>(cy.first[y]) * src_stride;
+    {
+      const int32_t w0 = wy[0];
+      for (int i = 0; i < row; ++i) a[i] = w0 * s0[i];
+    }
+    for (int k = 1; k < cy.taps; ++k) {
       const int32_t wk = wy[k];
       if (wk == 0) continue;
-      const uint8_t* s = src + static_cast<size_t>(cy.first[y] + k) * src_stride;
-      for (int i = 0; i < row; ++i) acc[i] += wk * s[i];
+      const uint8_t* s = s0 + static_cast<size_t>(k) * src_stride;
+      for (int i = 0; i < row; ++i) a[i] += wk * s[i];
     }
     uint8_t* m = &mid[static_cast<size_t>(y) * row];
-    for (int i = 0; i < row; ++i) m[i] = clamp8(acc[i]);
+    for (int i = 0; i < row; ++i) m[i] = clamp8(a[i]);
   }
+  const int taps = cx.taps;
   for (int y = 0; y < dst_h; ++y) {
     const uint8_t* m = &mid[static_cast<size_t>(y) * row];
     uint8_t* d = dst + static_cast<size_t>(y) * dst_w * channels;
+    if (channels == 3) {
+      switch (taps) {
+        case 2: horizontal_rgb<2>(m, cx, taps, d, dst_w); break;
+        case 3: horizontal_rgb<3>(m, cx, taps, d, dst_w); break;
+        case 4: horizontal_rgb<4>(m, cx, taps, d, dst_w); break;
+        case 5: horizontal_rgb<5>(m, cx, taps, d, dst_w); break;
+        default: horizontal_rgb<0>(m, cx, taps, d, dst_w); break;
+      }
+      continue;
+    }
     for (int x = 0; x < dst_w; ++x) {
-      const int32_t* wx = &cx.weights[static_cast<size_t>(x) * cx.taps];
+      const int32_t* wx = &cx.weights[static_cast<size_t>(x) * taps];
       const uint8_t* s = m + static_cast<size_t>(cx.first[x]) * channels;
       for (int c = 0; c < channels; ++c) {
         int32_t a = 0;
-        for (int k = 0; k < cx.taps; ++k) a += wx[k] * s[k * channels + c];
+        for (int k = 0; k < taps; ++k) a += wx[k] * s[k * channels + c];
         d[x * channels + c] = clamp8(a);
       }
     }

@@ -188,6 +188,10 @@ void Trainer::Impl::build() {
            ds.test->size(), spec.to_string(), ds.num_classes, seconds_since(t0));
   log_info("train pipeline: {}", ds.train->describe());
 
+  data::NormalizeOptions norm{job.data.mean, job.data.std,
+                              data::parse_value_range(job.data.mean_std_range, "data.mean_std_range"),
+                              data::parse_color_order(job.data.mean_std_order, "data.mean_std_order")};
+  input = std::make_unique<data::DeviceInput>(spec, norm, device, job.train.channels_last);
   int loader_threads = static_cast<int>(job.data.threads);
   std::string chosen;
   if (loader_threads == 0) {
@@ -195,18 +199,16 @@ void Trainer::Impl::build() {
     loader_threads = job.data.dataset == "idx" ? std::max(1, threads / 2)
                                                : data::choose_loader_threads(*ds.train, available_cores(), &chosen);
   }
+  data::LoaderOptions train_options = loader_options(job, job.train.batch_size, loader_threads);
+  data::LoaderOptions test_options = loader_options(job, job.train.eval_batch_size, loader_threads);
+  train_options.allocate = test_options.allocate = input->batch_allocator();  // D9: pinned on a GPU
   train_loader = std::make_unique<data::Loader>(
       ds.train, data::Sampler(ds.train->size(), /*shuffle=*/true, derive_seed(seed, RngStream::kSampler)),
-      loader_options(job, job.train.batch_size, loader_threads));
-  test_loader = std::make_unique<data::Loader>(ds.test, data::Sampler(ds.test->size(), false, 0),
-                                               loader_options(job, job.train.eval_batch_size, loader_threads));
+      train_options);
+  test_loader = std::make_unique<data::Loader>(ds.test, data::Sampler(ds.test->size(), false, 0), test_options);
   steps_per_epoch = train_loader->batches_per_epoch();
   total_steps = steps_per_epoch * job.train.epochs;
 
-  data::NormalizeOptions norm{job.data.mean, job.data.std,
-                              data::parse_value_range(job.data.mean_std_range, "data.mean_std_range"),
-                              data::parse_color_order(job.data.mean_std_order, "data.mean_std_order")};
-  input = std::make_unique<data::DeviceInput>(spec, norm, device, job.train.channels_last);
   log_info("input: {}; loader: {}, prefetch {}, bad samples: {}", input->describe(),
            chosen.empty() ? fmt::format("{} thread(s)", loader_threads) : chosen, job.data.prefetch,
            job.data.bad_samples);

@@ -259,3 +259,33 @@ TEST(Loader, ChoosesAThreadCountD10) {
 
 }  // namespace
 }  // namespace crucible::data
+
+namespace crucible::data {
+namespace {
+
+TEST(Loader, ChannelsFirstCollationIsTheTransposeOfNhwc) {
+  ImageSpec spec{2, 3, 3, ColorOrder::kRGB, ValueRange::kByte};
+  std::vector<uint8_t> px(10 * 18);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i);
+  auto src = std::make_shared<InMemorySource>(spec, px, std::vector<int64_t>(10, 1), "rgb");
+  LoaderOptions o = opts(2);
+  o.batch_size = 4;
+  Loader nhwc(std::make_shared<ArrayPipeline>(src, 0.0f, 0), Sampler(10, false, 0), o);
+  o.channels_first = true;
+  Loader nchw(std::make_shared<ArrayPipeline>(src, 0.0f, 0), Sampler(10, false, 0), o);
+  auto a = epoch(nhwc, 0), b = epoch(nchw, 0);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_TRUE(b[0].channels_first);
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (int64_t k = 0; k < a[i].size(); ++k) {
+      for (int p = 0; p < 6; ++p) {
+        for (int c = 0; c < 3; ++c) {
+          EXPECT_EQ(a[i].pixels.data()[k * 18 + p * 3 + c], b[i].pixels.data()[k * 18 + c * 6 + p]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace crucible::data

@@ -5,6 +5,7 @@
 // Thread-safe after construction (const).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ class DeviceInput {
   DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10::Device device, bool channels_last);
 
   at::Tensor images(const Batch& batch) const;  // [B, C, H, W] float32, normalised
+  // D9: an allocator for the loader that puts batches in pinned host memory when the device is
+  // a GPU (null on CPU: the heap is right there). The batch must outlive the copy.
+  std::function<PixelBuffer(size_t)> batch_allocator() const;
   at::Tensor labels(const Batch& batch) const;  // [B] int64
   std::string describe() const;
 

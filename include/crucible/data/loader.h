@@ -60,6 +60,7 @@ struct LoaderOptions {
   int threads = 1;          // worker threads (>= 1)
   int prefetch = 4;         // batches built ahead of the consumer (>= 1)
   BadSamplePolicy bad_samples = BadSamplePolicy::kFail;
+  bool channels_first = false;  // collate [batch, channels, height, width] instead of NHWC
   // Allocates a batch's pixel memory (default: the heap). Called from worker threads.
   std::function<PixelBuffer(size_t bytes)> allocate;
 };
@@ -69,7 +70,8 @@ struct Batch {
   int64_t index = 0;                 // batch number within the epoch
   ImageSpec spec;                    // per-sample shape and conventions
   std::vector<int64_t> sample_ids;   // source indices, in batch order (skipped ones removed)
-  PixelBuffer pixels;                // [size, height, width, channels] uint8
+  bool channels_first = false;       // pixels are [size, channels, height, width]
+  PixelBuffer pixels;                // [size, height, width, channels] uint8 (or NCHW, above)
   std::vector<int64_t> labels;       // [size]
   std::vector<std::string> skipped;  // "name: reason" of samples left out (skip policy)
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
