@@ -11,8 +11,8 @@
 #include <cstring>
 #include <memory>
 
-#include <jpeglib.h>
 #include <jerror.h>  // the message codes (JWRN_*)
+#include <jpeglib.h>
 #include <spng.h>
 
 #include "crucible/core/error.h"
@@ -58,13 +58,21 @@ Span scaled_span(int64_t start, int64_t len, int64_t full, int m) {
   return {begin, std::min({end, scaled_full, begin + len})};
 }
 
-Span flip(Span s, int64_t n) { return {n - s.end, n - s.begin}; }
+Span flip(Span s, int64_t n) {
+  return {n - s.end, n - s.begin};
+}
 
 // EXIF orientation o (display = o applied to stored): whether display x runs along stored rows
 // (5–8 transpose), and which stored axes run backwards.
-bool transposes(int o) { return o >= 5 && o <= 8; }
-bool flips_stored_x(int o) { return o == 2 || o == 3 || o == 7 || o == 8; }
-bool flips_stored_y(int o) { return o == 3 || o == 4 || o == 6 || o == 7; }
+bool transposes(int o) {
+  return o >= 5 && o <= 8;
+}
+bool flips_stored_x(int o) {
+  return o == 2 || o == 3 || o == 7 || o == 8;
+}
+bool flips_stored_y(int o) {
+  return o == 3 || o == 4 || o == 6 || o == 7;
+}
 
 // The whole image when `r` is empty; otherwise `r`, which must lie inside width x height.
 Rect resolve_region(const Rect& r, int width, int height, const std::string& name) {
@@ -111,7 +119,7 @@ void copy_region_rgb(const uint8_t* src, int width, int channels, const Rect& r,
     if (channels == 3) {
       std::memcpy(out, in, size_t(r.width) * 3);
     } else {
-      for (int x = 0; x < r.width; ++x) out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = in[x];
+      for (size_t x = 0; x < size_t(r.width); ++x) out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = in[x];
     }
   }
 }
@@ -136,9 +144,7 @@ int exif_orientation(const uint8_t* p, size_t n) {
   auto u16 = [&](size_t off) -> uint32_t {
     return le ? uint32_t(t[off]) | uint32_t(t[off + 1]) << 8 : uint32_t(t[off]) << 8 | uint32_t(t[off + 1]);
   };
-  auto u32 = [&](size_t off) -> uint32_t {
-    return le ? u16(off) | u16(off + 2) << 16 : u16(off) << 16 | u16(off + 2);
-  };
+  auto u32 = [&](size_t off) -> uint32_t { return le ? u16(off) | u16(off + 2) << 16 : u16(off) << 16 | u16(off + 2); };
   if (u16(2) != 42) return 0;
   const size_t ifd = u32(4);
   if (ifd > tn || tn - ifd < 2) return 0;
@@ -257,8 +263,8 @@ struct JpegHeader {
   int width, height;  // stored
   int components;
   J_COLOR_SPACE color_space;
-  bool adobe;         // an Adobe APP14 marker: CMYK samples are stored inverted
-  int orientation;    // 1–8
+  bool adobe;       // an Adobe APP14 marker: CMYK samples are stored inverted
+  int orientation;  // 1–8
 };
 
 void jpeg_header_body(JpegDecompress* s, void* arg) {
@@ -290,7 +296,7 @@ struct JpegDecodeJob {
   int x, y, width, height;          // the rectangle, in scaled stored pixels
   bool cmyk;                        // decode as CMYK and convert (CMYK and YCCK files)
   bool adobe;
-  uint8_t* out;                     // [height, width, 3], owned by the caller
+  uint8_t* out;  // [height, width, 3], owned by the caller
 };
 
 void cmyk_to_rgb(const JSAMPLE* in, int n, bool inverted, uint8_t* out) {
@@ -322,7 +328,8 @@ void jpeg_decode_body(JpegDecompress* s, void* arg) {
   const int64_t align = int64_t(cinfo->min_DCT_scaled_size) * cinfo->max_h_samp_factor;
   const int64_t left = std::max<int64_t>(0, job->x - align);
   const int64_t right = std::min<int64_t>(cinfo->output_width, int64_t(job->x) + job->width + align);
-  JDIMENSION crop_x = JDIMENSION(left), crop_width = JDIMENSION(right - left);
+  auto crop_x = JDIMENSION(left);
+  auto crop_width = JDIMENSION(right - left);
   jpeg_crop_scanline(cinfo, &crop_x, &crop_width);
   if (int64_t(crop_x) > job->x || int64_t(crop_x) + crop_width < int64_t(job->x) + job->width)
     jpeg_fail_with(reinterpret_cast<j_common_ptr>(cinfo), "crop does not cover the region (internal)");
@@ -330,7 +337,7 @@ void jpeg_decode_body(JpegDecompress* s, void* arg) {
   JSAMPARRAY row = (*cinfo->mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(cinfo), JPOOL_IMAGE,
                                                crop_width * JDIMENSION(comps), 1);
 
-  JDIMENSION skip = JDIMENSION(job->y);  // rows above are entropy-decoded but not upsampled
+  auto skip = JDIMENSION(job->y);  // rows above are entropy-decoded but not upsampled
   while (skip > 0) {
     const JDIMENSION n = jpeg_skip_scanlines(cinfo, skip);
     if (n == 0) jpeg_fail_with(reinterpret_cast<j_common_ptr>(cinfo), "cannot skip scanlines");
@@ -349,7 +356,7 @@ void jpeg_decode_body(JpegDecompress* s, void* arg) {
   if (cinfo->output_scanline == cinfo->output_height) {
     jpeg_finish_decompress(cinfo);  // reads on to EOI: trailing garbage is reported
   } else {
-    jpeg_abort_decompress(cinfo);   // rows below the region are never read (D2)
+    jpeg_abort_decompress(cinfo);  // rows below the region are never read (D2)
   }
 }
 
@@ -373,7 +380,7 @@ void jpeg_encode_body(JpegCompress* s, void* arg) {
   jpeg_set_quality(cinfo, job->quality, TRUE);
   jpeg_start_compress(cinfo, TRUE);
   while (cinfo->next_scanline < cinfo->image_height) {
-    JSAMPROW row = const_cast<JSAMPROW>(job->rgb + size_t(cinfo->next_scanline) * job->width * 3);
+    auto row = const_cast<JSAMPROW>(job->rgb + size_t(cinfo->next_scanline) * job->width * 3);
     jpeg_write_scanlines(cinfo, &row, 1);
   }
   jpeg_finish_compress(cinfo);
@@ -468,6 +475,8 @@ using SpngCtx = std::unique_ptr<spng_ctx, void (*)(spng_ctx*)>;
 
 [[noreturn]] void throw_png(const std::string& name, int ret) {
   if (ret == SPNG_IO_EOF || ret == SPNG_IO_ERROR) throw bad_input("{}: truncated PNG ({})", name, spng_strerror(ret));
+  if (ret == SPNG_EUSER_WIDTH || ret == SPNG_EUSER_HEIGHT)
+    throw bad_input("{}: PNG image over the limit of {} pixels a side", name, kMaxSide);
   throw bad_input("{}: corrupt PNG data: {}", name, spng_strerror(ret));
 }
 
@@ -486,10 +495,14 @@ SpngCtx open_png(const uint8_t* data, size_t size, const std::string& name, spng
 
 int png_channels(const spng_ihdr& h) {
   switch (h.color_type) {
-    case SPNG_COLOR_TYPE_GRAYSCALE: return 1;
-    case SPNG_COLOR_TYPE_GRAYSCALE_ALPHA: return 2;
-    case SPNG_COLOR_TYPE_TRUECOLOR_ALPHA: return 4;
-    default: return 3;  // truecolor, indexed
+    case SPNG_COLOR_TYPE_GRAYSCALE:
+      return 1;
+    case SPNG_COLOR_TYPE_GRAYSCALE_ALPHA:
+      return 2;
+    case SPNG_COLOR_TYPE_TRUECOLOR_ALPHA:
+      return 4;
+    default:
+      return 3;  // truecolor, indexed
   }
 }
 
@@ -557,8 +570,8 @@ RawHeader read_raw_header(const uint8_t* data, size_t size, const std::string& n
   check_pixels(name, "raw", w, h);
   const uint64_t expect = kRawHeaderBytes + uint64_t(h) * w * c;
   if (size != expect)
-    throw bad_input("{}: {} raw image: {} bytes, expected {} for {}x{}x{}", name, size < expect ? "truncated" : "oversized",
-                    size, expect, h, w, c);
+    throw bad_input("{}: {} raw image: {} bytes, expected {} for {}x{}x{}", name,
+                    size < expect ? "truncated" : "oversized", size, expect, h, w, c);
   return {int(w), int(h), int(c)};
 }
 
@@ -592,18 +605,24 @@ Encoding detect_encoding(const uint8_t* data, size_t size) {
 
 const char* encoding_name(Encoding e) {
   switch (e) {
-    case Encoding::kJpeg: return "jpeg";
-    case Encoding::kPng: return "png";
-    case Encoding::kRaw: return "raw";
-    case Encoding::kUnknown: break;
+    case Encoding::kJpeg:
+      return "jpeg";
+    case Encoding::kPng:
+      return "png";
+    case Encoding::kRaw:
+      return "raw";
+    case Encoding::kUnknown:
+      break;
   }
   return "unknown";
 }
 
 ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& name) {
   switch (detect_encoding(data, size)) {
-    case Encoding::kJpeg: return probe_jpeg(data, size, name);
-    case Encoding::kPng: return probe_png(data, size, name);
+    case Encoding::kJpeg:
+      return probe_jpeg(data, size, name);
+    case Encoding::kPng:
+      return probe_png(data, size, name);
     case Encoding::kRaw: {
       const RawHeader h = read_raw_header(data, size, name);
       ImageInfo info;
@@ -613,17 +632,22 @@ ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& name)
       info.encoding = Encoding::kRaw;
       return info;
     }
-    case Encoding::kUnknown: break;
+    case Encoding::kUnknown:
+      break;
   }
   throw_unknown(data, size, name);
 }
 
 DecodedImage decode_image(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& options) {
   switch (detect_encoding(data, size)) {
-    case Encoding::kJpeg: return decode_jpeg(data, size, name, options);
-    case Encoding::kPng: return decode_png(data, size, name, options);
-    case Encoding::kRaw: return decode_raw(data, size, name, options);
-    case Encoding::kUnknown: break;
+    case Encoding::kJpeg:
+      return decode_jpeg(data, size, name, options);
+    case Encoding::kPng:
+      return decode_png(data, size, name, options);
+    case Encoding::kRaw:
+      return decode_raw(data, size, name, options);
+    case Encoding::kUnknown:
+      break;
   }
   throw_unknown(data, size, name);
 }

@@ -61,7 +61,9 @@ def with_exif(img, path, orientation, **kw):
     img.save(path, exif=exif, **kw)
 )PY";
 
-std::string python(const std::string& body) { return test::run_python(std::string(kPrelude) + body); }
+std::string python(const std::string& body) {
+  return test::run_python(std::string(kPrelude) + body);
+}
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
   const std::string s = test::read_text(path);
@@ -97,7 +99,8 @@ double mean_abs_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& 
 std::vector<uint8_t> crop(const std::vector<uint8_t>& px, int width, const Rect& r) {
   std::vector<uint8_t> out;
   for (int y = r.y; y < r.y + r.height; ++y)
-    out.insert(out.end(), px.begin() + (size_t(y) * width + r.x) * 3, px.begin() + (size_t(y) * width + r.x + r.width) * 3);
+    out.insert(out.end(), px.begin() + (size_t(y) * width + r.x) * 3,
+               px.begin() + (size_t(y) * width + r.x + r.width) * 3);
   return out;
 }
 
@@ -154,7 +157,8 @@ TEST(DecodeFormat, DetectsMagicBytes) {
 
 TEST(DecodeJpeg, FullDecodeMatchesPil) {
   test::TempDir dir;
-  python("d = '" + dir.path() + "'\n"
+  python("d = '" + dir.path() +
+         "'\n"
          "img = pattern(97, 61)\n"
          "img.save(d + '/444.jpg', quality=95, subsampling=0)\n"
          "img.save(d + '/420.jpg', quality=90, subsampling=2)\n"
@@ -176,7 +180,8 @@ TEST(DecodeJpeg, FullDecodeMatchesPil) {
 
 TEST(DecodePng, MatchesPilForEveryColorType) {
   test::TempDir dir;
-  python("d = '" + dir.path() + "'\n"
+  python("d = '" + dir.path() +
+         "'\n"
          "img = pattern(45, 31, noise=40)\n"
          "a = np.asarray(img)\n"
          "def save(im, name):\n"
@@ -203,10 +208,9 @@ TEST(DecodePng, MatchesPilForEveryColorType) {
          "dump(Image.open(d + '/interlaced.png'), d + '/interlaced.png.rgb')\n"
          "write_png(d + '/rgba16_interlaced.png', np.concatenate([a16, a16[..., :1]], -1), 6, 16, interlace=True)\n"
          "open(d + '/rgba16_interlaced.png.rgb', 'wb').write((a16 >> 8).astype(np.uint8).tobytes())\n");
-  const std::pair<const char*, int> cases[] = {{"rgb", 3},       {"rgba", 4},          {"gray", 1},
-                                               {"gray_alpha", 2}, {"bilevel", 1},       {"palette", 3},
-                                               {"palette_trns", 3}, {"rgb16", 3},       {"gray16", 1},
-                                               {"interlaced", 3}, {"rgba16_interlaced", 4}};
+  const std::pair<const char*, int> cases[] = {
+      {"rgb", 3},          {"rgba", 4},  {"gray", 1},   {"gray_alpha", 2}, {"bilevel", 1},          {"palette", 3},
+      {"palette_trns", 3}, {"rgb16", 3}, {"gray16", 1}, {"interlaced", 3}, {"rgba16_interlaced", 4}};
   for (const auto& [n, channels] : cases) {
     const std::string path = dir / (std::string(n) + ".png");
     const ImageInfo info = probe_file(path);
@@ -234,15 +238,16 @@ TEST(DecodePng, MatchesPilForEveryColorType) {
 
 TEST(DecodeJpeg, RegionEqualsCropOfFullDecode) {
   test::TempDir dir;
-  python("d = '" + dir.path() + "'\n"
+  python("d = '" + dir.path() +
+         "'\n"
          "img = pattern(203, 157)\n"
          "img.save(d + '/444.jpg', quality=95, subsampling=0)\n"
          "img.save(d + '/420.jpg', quality=90, subsampling=2)\n"
          "img.save(d + '/prog.jpg', quality=90, progressive=True)\n"
          "img.convert('L').save(d + '/gray.jpg', quality=90)\n");
-  const Rect regions[] = {{0, 0, 203, 157},  {0, 0, 1, 1},     {202, 156, 1, 1},  {17, 9, 50, 33},
-                          {150, 100, 53, 57}, {64, 32, 16, 16}, {1, 1, 201, 155}, {100, 0, 103, 1},
-                          {0, 150, 203, 7},  {191, 0, 12, 157}, {16, 16, 1, 141}};
+  const Rect regions[] = {{0, 0, 203, 157},   {0, 0, 1, 1},      {202, 156, 1, 1}, {17, 9, 50, 33},
+                          {150, 100, 53, 57}, {64, 32, 16, 16},  {1, 1, 201, 155}, {100, 0, 103, 1},
+                          {0, 150, 203, 7},   {191, 0, 12, 157}, {16, 16, 1, 141}};
   for (const char* n : {"444", "420", "prog", "gray"}) {
     const std::string path = dir / (std::string(n) + ".jpg");
     const DecodedImage full = decode_file(path);
@@ -265,7 +270,8 @@ TEST(DecodeJpeg, RegionEqualsCropOfFullDecode) {
 
 TEST(DecodeJpeg, DctScalingPicksTheSmallestScaleCoveringTheMinimum) {
   test::TempDir dir;
-  python("d = '" + dir.path() + "'\n"
+  python("d = '" + dir.path() +
+         "'\n"
          "pattern(320, 240, noise=2).save(d + '/a.jpg', quality=95, subsampling=0)\n"
          "pattern(320, 240, noise=2).save(d + '/b.jpg', quality=90, subsampling=2)\n");
   const std::string path = dir / "a.jpg";
@@ -332,7 +338,8 @@ TEST(DecodeJpeg, DctScalingPicksTheSmallestScaleCoveringTheMinimum) {
 
 TEST(DecodeJpeg, ExifOrientationMatchesPilExifTranspose) {
   test::TempDir dir;
-  python("d = '" + dir.path() + "'\n"
+  python("d = '" + dir.path() +
+         "'\n"
          "img = pattern(64, 40)\n"
          "for o in range(1, 9):\n"
          "    p = d + '/o%d.jpg' % o\n"
@@ -383,7 +390,8 @@ std::pair<int, int> spec_span(int start, int len, int full, int m) {
 
 TEST(DecodeJpeg, ScaledRegionEqualsCropOfScaledWholeImageInEveryOrientation) {
   test::TempDir dir;
-  python("d = '" + dir.path() + "'\n"
+  python("d = '" + dir.path() +
+         "'\n"
          "img = pattern(75, 45)\n"
          "for o in range(1, 9):\n"
          "    with_exif(img, d + '/o%d.jpg' % o, o, quality=90, subsampling=2)\n"
@@ -391,8 +399,8 @@ TEST(DecodeJpeg, ScaledRegionEqualsCropOfScaledWholeImageInEveryOrientation) {
          "img.convert('CMYK').save(d + '/cmyk.jpg', quality=90)\n");
   std::vector<std::string> names;
   for (int o = 1; o <= 8; ++o) names.push_back("o" + std::to_string(o) + ".jpg");
-  names.push_back("p6.jpg");
-  names.push_back("cmyk.jpg");
+  names.emplace_back("p6.jpg");
+  names.emplace_back("cmyk.jpg");
   for (const std::string& n : names) {
     const ImageInfo info = probe_file(dir / n);
     const int w = info.width, h = info.height;
@@ -433,21 +441,24 @@ TEST(DecodeJpeg, ScaledRegionEqualsCropOfScaledWholeImageInEveryOrientation) {
 TEST(DecodeJpeg, ExifParsingHandlesBothByteOrdersAndJunk) {
   test::TempDir dir;
   // PIL writes big-endian ("MM") EXIF; splice hand-made APP1 segments in after SOI.
-  python("d = '" + dir.path() + "'\n"
-         "pattern(40, 24).save(d + '/plain.jpg', quality=95, subsampling=0)\n"
-         "j = open(d + '/plain.jpg', 'rb').read()\n"
-         "def app1(payload): return b'\\xff\\xe1' + struct.pack('>H', len(payload) + 2) + payload\n"
-         "le = b'Exif\\0\\0II*\\0' + struct.pack('<IH', 8, 1) + struct.pack('<HHIHH', 0x112, 3, 1, 6, 0) + b'\\0' * 4\n"
-         "open(d + '/le6.jpg', 'wb').write(j[:2] + app1(le) + j[2:])\n"
-         "xmp = b'http://ns.adobe.com/xap/1.0/\\0<x/>'\n"
-         "open(d + '/xmp_then_exif8.jpg', 'wb').write(j[:2] + app1(xmp) + app1(le[:-8] + struct.pack('<HH', 8, 0) + b'\\0' * 4) + j[2:])\n"
-         "bad = [b'Exif\\0\\0II*\\0' + struct.pack('<IH', 8, 4000),\n"  // more entries than bytes
-         "       b'Exif\\0\\0MM\\0*' + struct.pack('>I', 0xfffffff0),\n"  // IFD offset past the end
-         "       b'Exif\\0\\0XX*\\0' + b'\\0' * 20,\n"                    // no byte order
-         "       b'Exif\\0\\0II*\\0' + struct.pack('<IH', 8, 1) + struct.pack('<HHIHH', 0x112, 3, 1, 9, 0),\n"  // value 9
-         "       b'Exif\\0\\0II*\\0' + struct.pack('<IH', 8, 1) + struct.pack('<HHIH', 0x112, 3, 1, 6)]\n"  // cut entry
-         "for i, p in enumerate(bad):\n"
-         "    open(d + '/bad%d.jpg' % i, 'wb').write(j[:2] + app1(p) + j[2:])\n");
+  python(
+      "d = '" + dir.path() +
+      "'\n"
+      "pattern(40, 24).save(d + '/plain.jpg', quality=95, subsampling=0)\n"
+      "j = open(d + '/plain.jpg', 'rb').read()\n"
+      "def app1(payload): return b'\\xff\\xe1' + struct.pack('>H', len(payload) + 2) + payload\n"
+      "le = b'Exif\\0\\0II*\\0' + struct.pack('<IH', 8, 1) + struct.pack('<HHIHH', 0x112, 3, 1, 6, 0) + b'\\0' * 4\n"
+      "open(d + '/le6.jpg', 'wb').write(j[:2] + app1(le) + j[2:])\n"
+      "xmp = b'http://ns.adobe.com/xap/1.0/\\0<x/>'\n"
+      "open(d + '/xmp_then_exif8.jpg', 'wb').write(j[:2] + app1(xmp) + app1(le[:-8] + struct.pack('<HH', 8, 0) + "
+      "b'\\0' * 4) + j[2:])\n"
+      "bad = [b'Exif\\0\\0II*\\0' + struct.pack('<IH', 8, 4000),\n"    // more entries than bytes
+      "       b'Exif\\0\\0MM\\0*' + struct.pack('>I', 0xfffffff0),\n"  // IFD offset past the end
+      "       b'Exif\\0\\0XX*\\0' + b'\\0' * 20,\n"                    // no byte order
+      "       b'Exif\\0\\0II*\\0' + struct.pack('<IH', 8, 1) + struct.pack('<HHIHH', 0x112, 3, 1, 9, 0),\n"  // value 9
+      "       b'Exif\\0\\0II*\\0' + struct.pack('<IH', 8, 1) + struct.pack('<HHIH', 0x112, 3, 1, 6)]\n"  // cut entry
+      "for i, p in enumerate(bad):\n"
+      "    open(d + '/bad%d.jpg' % i, 'wb').write(j[:2] + app1(p) + j[2:])\n");
   ImageInfo info = probe_file(dir / "le6.jpg");
   EXPECT_EQ(info.orientation, 6);
   EXPECT_EQ(info.width, 24);
@@ -464,7 +475,8 @@ TEST(DecodeJpeg, ExifParsingHandlesBothByteOrdersAndJunk) {
 
 TEST(DecodeJpeg, CmykMatchesPil) {
   test::TempDir dir;
-  python("d = '" + dir.path() + "'\n"
+  python("d = '" + dir.path() +
+         "'\n"
          "pattern(80, 56).convert('CMYK').save(d + '/cmyk.jpg', quality=95)\n"
          "dump(Image.open(d + '/cmyk.jpg'), d + '/cmyk.jpg.rgb')\n"
          // Without the Adobe marker the samples are taken as plain (not inverted) CMYK; PIL
@@ -487,7 +499,8 @@ TEST(DecodeJpeg, CmykMatchesPil) {
 
 TEST(DecodeJpeg, GrayscaleGivesThreeEqualChannels) {
   test::TempDir dir;
-  python("d = '" + dir.path() + "'\n"
+  python("d = '" + dir.path() +
+         "'\n"
          "pattern(50, 30).convert('L').save(d + '/gray.jpg', quality=95)\n"
          "dump(Image.open(d + '/gray.jpg'), d + '/gray.jpg.rgb')\n");
   EXPECT_EQ(probe_file(dir / "gray.jpg").channels, 1);
@@ -500,7 +513,7 @@ TEST(DecodeJpeg, GrayscaleGivesThreeEqualChannels) {
 }
 
 TEST(DecodeRaw, RoundTripsRgbAndExpandsGray) {
-  std::vector<uint8_t> rgb(5 * 7 * 3), gray(5 * 7);
+  std::vector<uint8_t> rgb(size_t{5} * 7 * 3), gray(size_t{5} * 7);
   for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = uint8_t(i * 7);
   for (size_t i = 0; i < gray.size(); ++i) gray[i] = uint8_t(i * 11);
   const std::vector<uint8_t> a = raw_image(5, 7, 3, rgb), g = raw_image(5, 7, 1, gray);
@@ -527,7 +540,8 @@ TEST(DecodeRaw, RoundTripsRgbAndExpandsGray) {
 
   std::vector<uint8_t> short_raw(a.begin(), a.end() - 1), long_raw = a;
   long_raw.push_back(0);
-  test::expect_bad_input([&] { decode_image(short_raw.data(), short_raw.size(), "short.raw"); }, {"short.raw", "truncated"});
+  test::expect_bad_input([&] { decode_image(short_raw.data(), short_raw.size(), "short.raw"); },
+                         {"short.raw", "truncated"});
   test::expect_bad_input([&] { decode_image(long_raw.data(), long_raw.size(), "long.raw"); }, {"long.raw", "expected"});
   const std::vector<uint8_t> two = raw_image(5, 7, 2, std::vector<uint8_t>(70));
   test::expect_bad_input([&] { probe_image(two.data(), two.size(), "two.raw"); }, {"two.raw", "2 channels"});
@@ -540,11 +554,21 @@ TEST(DecodeRaw, RoundTripsRgbAndExpandsGray) {
 
 TEST(DecodeErrors, CorruptTruncatedAndForeignInputsNameTheSample) {
   test::TempDir dir;
-  python("d = '" + dir.path() + "'\n"
+  python("d = '" + dir.path() +
+         "'\n"
          "img = pattern(160, 120, noise=20)\n"
          "img.save(d + '/a.jpg', quality=90)\n"
          "img.save(d + '/p.jpg', quality=90, progressive=True)\n"
-         "img.save(d + '/a.png')\n");
+         "img.save(d + '/a.png')\n"
+         // Headers that declare more pixels than the decoder accepts (D5).
+         "j = bytearray(open(d + '/a.jpg', 'rb').read())\n"
+         "i = j.index(b'\\xff\\xc0')\n"
+         "j[i + 5:i + 9] = struct.pack('>HH', 20000, 20000)\n"
+         "open(d + '/huge.jpg', 'wb').write(j)\n"
+         "p = bytearray(open(d + '/a.png', 'rb').read())\n"
+         "p[16:20] = struct.pack('>I', 70000)\n"
+         "p[29:33] = struct.pack('>I', zlib.crc32(bytes(p[12:29])) & 0xffffffff)\n"
+         "open(d + '/wide.png', 'wb').write(p)\n");
   const std::vector<uint8_t> jpg = read_bytes(dir / "a.jpg"), prog = read_bytes(dir / "p.jpg"),
                              png = read_bytes(dir / "a.png");
   // Garbage over the middle of the entropy-coded data (a fixed LCG, so the test is repeatable).
@@ -591,6 +615,10 @@ TEST(DecodeErrors, CorruptTruncatedAndForeignInputsNameTheSample) {
   test::expect_bad_input([&] { decode_image(fake_jpeg.data(), fake_jpeg.size(), "fake.jpg"); }, {"fake.jpg", "JPEG"});
   test::expect_bad_input([&] { decode_image(fake_png.data(), fake_png.size(), "fake.png"); }, {"fake.png", "PNG"});
 
+  test::expect_bad_input([&] { probe_file(dir / "huge.jpg"); }, {"huge.jpg", "20000x20000", "limit"});
+  test::expect_bad_input([&] { decode_file(dir / "huge.jpg"); }, {"huge.jpg", "limit"});
+  test::expect_bad_input([&] { probe_file(dir / "wide.png"); }, {"wide.png", "limit"});
+
   DecodeOptions outside;
   outside.region = {150, 0, 11, 10};
   test::expect_bad_input([&] { decode_image(jpg.data(), jpg.size(), "a.jpg", outside); }, {"a.jpg", "outside"});
@@ -618,7 +646,8 @@ TEST(DecodeEncode, JpegRoundTripIsClose) {
   // PIL reads it as 4:2:0 at the same size.
   test::TempDir dir;
   test::write_text(dir / "enc.jpg", std::string(jpg.begin(), jpg.end()));
-  EXPECT_EQ(python("im = Image.open('" + (dir / "enc.jpg") + "')\n"
+  EXPECT_EQ(python("im = Image.open('" + (dir / "enc.jpg") +
+                   "')\n"
                    "from PIL import JpegImagePlugin\n"
                    "print(im.size, JpegImagePlugin.get_sampling(im))\n"),
             "(96, 64) 2\n");
@@ -631,7 +660,8 @@ TEST(DecodeEncode, JpegRoundTripIsClose) {
 TEST(DecodeFuzzCorpus, SeedsDecode) {
   std::string root = __FILE__;
   root = root.substr(0, root.rfind("/tests/data/"));
-  const std::string list = test::run_python("import os\nd = '" + root + "/fuzz/corpus/image'\n"
+  const std::string list = test::run_python("import os\nd = '" + root +
+                                            "/fuzz/corpus/image'\n"
                                             "print('\\n'.join(sorted(os.listdir(d))) if os.path.isdir(d) else '')\n");
   std::istringstream in(list);
   std::string name;
@@ -654,8 +684,9 @@ TEST(DecodeFuzzCorpus, SeedsDecode) {
       o.min_width = std::max(1, r.width / 2);
       o.min_height = std::max(1, r.height / 2);
       int m = 1;
-      while (info.encoding == Encoding::kJpeg && m < 8 &&
-             (spec_span(r.x, r.width, w, m).second < o.min_width || spec_span(r.y, r.height, h, m).second < o.min_height))
+      while (
+          info.encoding == Encoding::kJpeg && m < 8 &&
+          (spec_span(r.x, r.width, w, m).second < o.min_width || spec_span(r.y, r.height, h, m).second < o.min_height))
         ++m;
       if (info.encoding != Encoding::kJpeg) m = 8;
       const DecodedImage scaled = decode_file(path, o);
