@@ -83,11 +83,11 @@ Rect resolve_region(const Rect& r, int width, int height, const std::string& nam
   return r;
 }
 
-// D2: the smallest M in 1..8 whose scaled region is at least min_width x min_height (a
+// D2: the smallest M in {1, 2, 4, 8} whose scaled region is at least min_width x min_height (a
 // non-positive minimum constrains nothing; both non-positive = full resolution).
 int choose_scale(const Rect& r, int width, int height, int min_width, int min_height) {
   if (min_width <= 0 && min_height <= 0) return 8;
-  for (int m = 1; m < 8; ++m) {
+  for (int m : {1, 2, 4}) {  // powers of two: libjpeg-turbo has SIMD IDCTs only for 1/8, 1/4, 1/2, 1/1
     const bool wide = min_width <= 0 || scaled_span(r.x, r.width, width, m).size() >= min_width;
     const bool tall = min_height <= 0 || scaled_span(r.y, r.height, height, m).size() >= min_height;
     if (wide && tall) return m;
@@ -296,6 +296,7 @@ struct JpegDecodeJob {
   int x, y, width, height;          // the rectangle, in scaled stored pixels
   bool cmyk;                        // decode as CMYK and convert (CMYK and YCCK files)
   bool adobe;
+  bool fast;     // integer fast IDCT + merged chroma upsampling (DecodeOptions::fast)
   uint8_t* out;  // [height, width, 3], owned by the caller
 };
 
@@ -316,6 +317,10 @@ void jpeg_decode_body(JpegDecompress* s, void* arg) {
   // column crop it guesses differently at the edges, so a region would not be the crop of the
   // whole image. Complete files are unaffected.
   cinfo->do_block_smoothing = FALSE;
+  if (job->fast) {
+    cinfo->dct_method = JDCT_IFAST;
+    cinfo->do_fancy_upsampling = FALSE;
+  }
   cinfo->scale_num = unsigned(job->scale);
   cinfo->scale_denom = 8;
   jpeg_calc_output_dimensions(cinfo);
@@ -448,6 +453,7 @@ DecodedImage decode_jpeg(const uint8_t* data, size_t size, const std::string& na
   job.data = data;
   job.size = size;
   job.scale = m;
+  job.fast = options.fast;
   job.scaled_width = int(scaled_w);
   job.scaled_height = int(scaled_h);
   job.x = int(sx.begin);

@@ -103,7 +103,9 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const
   if (cache_kind_ == 2) {
     decoded = cached;
     if (!decoded) {
-      DecodedImage full = decode_image(data, size, name);
+      DecodeOptions full_options;
+      full_options.fast = opt_.fast_decode;
+      DecodedImage full = decode_image(data, size, name, full_options);
       auto e = std::make_shared<Cached>();
       e->bytes = std::move(full.pixels);
       e->width = full.width;
@@ -124,18 +126,19 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const
 
   const Rect region = opt_.train ? random_resized_crop(width, height, rng, opt_.rrc)
                                  : center_crop_region(width, height, opt_.center_fraction);
+  const bool flip = opt_.train && opt_.hflip > 0.0f && rng.bernoulli(opt_.hflip);
   if (decoded) {
     const uint8_t* src = decoded->bytes.data() + (static_cast<size_t>(region.y) * width + region.x) * 3;
-    resize_image(src, region.width, region.height, width * 3, 3, dst, crop, crop);
+    resize_image(src, region.width, region.height, width * 3, 3, dst, crop, crop, flip);
   } else {
     DecodeOptions d;
     d.region = region;
     d.min_width = crop;
     d.min_height = crop;
+    d.fast = opt_.fast_decode;
     DecodedImage img = decode_image(data, size, name, d);
-    resize_image(img.pixels.data(), img.width, img.height, img.width * 3, 3, dst, crop, crop);
+    resize_image(img.pixels.data(), img.width, img.height, img.width * 3, 3, dst, crop, crop, flip);
   }
-  if (opt_.train && opt_.hflip > 0.0f && rng.bernoulli(opt_.hflip)) hflip_image(dst, crop, crop, 3);
   if (opt_.order == ColorOrder::kBGR) {
     for (int i = 0; i < crop * crop; ++i) std::swap(dst[3 * i], dst[3 * i + 2]);
   }
@@ -143,11 +146,11 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const
 }
 
 std::string ImagePipeline::describe() const {
-  return fmt::format("{}: {} {}x{} crops ({}), {}, cache {}{}", source_->describe(),
+  return fmt::format("{}: {} {}x{} crops ({}), {}, {} JPEG decode, cache {}{}", source_->describe(),
                      opt_.train ? "RandomResizedCrop" : "resize + centre", opt_.crop, opt_.crop,
                      opt_.train ? fmt::format("scale {}–{}, flip p={}", opt_.rrc.scale_min, opt_.rrc.scale_max, opt_.hflip)
                                 : fmt::format("keeps {} of the short side", opt_.center_fraction),
-                     color_order_name(opt_.order), opt_.cache,
+                     color_order_name(opt_.order), opt_.fast_decode ? "fast" : "accurate", opt_.cache,
                      opt_.cache == "none" ? "" : fmt::format(" (budget {} MiB)", opt_.cache_bytes >> 20));
 }
 

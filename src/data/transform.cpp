@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+
 namespace crucible::data {
 
 Rect random_resized_crop(int width, int height, SampleRng& rng, const RandomResizedCropOptions& o) {
@@ -97,7 +98,7 @@ __attribute__((always_inline)) inline uint8_t clamp8(int32_t v) {
 // next pixel's R, ignored) so the four lanes vectorise; rows carry one byte of padding.
 template <int kTaps>
 __attribute__((always_inline)) inline void horizontal_rgb(const uint8_t* m, const Coefficients& cx, int taps,
-                                                          uint8_t* d, int dst_w) {
+                                                          uint8_t* d, int dst_w, bool flip, int32_t* sums) {
   const int n = kTaps > 0 ? kTaps : taps;
   for (int x = 0; x < dst_w; ++x) {
     const int32_t* wx = &cx.weights[static_cast<size_t>(x) * n];
@@ -107,10 +108,13 @@ __attribute__((always_inline)) inline void horizontal_rgb(const uint8_t* m, cons
       const int32_t w = wx[k];
       for (int c = 0; c < 4; ++c) a[c] += w * s[3 * k + c];
     }
-    d[3 * x] = clamp8(a[0]);
-    d[3 * x + 1] = clamp8(a[1]);
-    d[3 * x + 2] = clamp8(a[2]);
+    int32_t* o = sums + 3 * (flip ? dst_w - 1 - x : x);
+    o[0] = a[0];
+    o[1] = a[1];
+    o[2] = a[2];
   }
+  // Rounding and clamping for the whole row at once (this loop vectorises; per pixel it did not).
+  for (int i = 0; i < 3 * dst_w; ++i) d[i] = clamp8(sums[i]);
 }
 
 }  // namespace
@@ -118,7 +122,7 @@ __attribute__((always_inline)) inline void horizontal_rgb(const uint8_t* m, cons
 // Built for AVX2 and for the baseline ISA; the loader picks at run time (ifunc).
 __attribute__((target_clones("avx2", "default"))) void resize_image(const uint8_t* src, int src_w, int src_h,
                                                                    int src_stride, int channels, uint8_t* dst,
-                                                                   int dst_w, int dst_h) {
+                                                                   int dst_w, int dst_h, bool flip) {
   const Coefficients cx = coefficients(src_w, dst_w);
   const Coefficients cy = coefficients(src_h, dst_h);
   // Vertical pass first, on contiguous rows (the inner loop vectorises), into an intermediate
@@ -127,7 +131,7 @@ __attribute__((target_clones("avx2", "default"))) void resize_image(const uint8_
   const int row = src_w * channels;
   thread_local std::vector<uint8_t> mid;
   thread_local std::vector<int32_t> acc;
-  mid.resize(static_cast<size_t>(dst_h) * row + 1);  // +1: the 4-byte loads of the last pixel
+  mid.resize(static_cast<size_t>(dst_h) * row + 16);  // padding: the wide loads of the last pixels
   acc.resize(static_cast<size_t>(row));
   for (int y = 0; y < dst_h; ++y) {
     int32_t* a = acc.data();
@@ -147,16 +151,18 @@ __attribute__((target_clones("avx2", "default"))) void resize_image(const uint8_
     for (int i = 0; i < row; ++i) m[i] = clamp8(a[i]);
   }
   const int taps = cx.taps;
+  thread_local std::vector<int32_t> sums;
+  sums.resize(static_cast<size_t>(dst_w) * 3);
   for (int y = 0; y < dst_h; ++y) {
     const uint8_t* m = &mid[static_cast<size_t>(y) * row];
     uint8_t* d = dst + static_cast<size_t>(y) * dst_w * channels;
     if (channels == 3) {
       switch (taps) {
-        case 2: horizontal_rgb<2>(m, cx, taps, d, dst_w); break;
-        case 3: horizontal_rgb<3>(m, cx, taps, d, dst_w); break;
-        case 4: horizontal_rgb<4>(m, cx, taps, d, dst_w); break;
-        case 5: horizontal_rgb<5>(m, cx, taps, d, dst_w); break;
-        default: horizontal_rgb<0>(m, cx, taps, d, dst_w); break;
+        case 2: horizontal_rgb<2>(m, cx, taps, d, dst_w, flip, sums.data()); break;
+        case 3: horizontal_rgb<3>(m, cx, taps, d, dst_w, flip, sums.data()); break;
+        case 4: horizontal_rgb<4>(m, cx, taps, d, dst_w, flip, sums.data()); break;
+        case 5: horizontal_rgb<5>(m, cx, taps, d, dst_w, flip, sums.data()); break;
+        default: horizontal_rgb<0>(m, cx, taps, d, dst_w, flip, sums.data()); break;
       }
       continue;
     }
@@ -169,6 +175,7 @@ __attribute__((target_clones("avx2", "default"))) void resize_image(const uint8_
         d[x * channels + c] = clamp8(a);
       }
     }
+    if (flip) hflip_image(d, dst_w, 1, channels);
   }
 }
 

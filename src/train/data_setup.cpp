@@ -21,6 +21,7 @@ std::shared_ptr<const data::SamplePipeline> image_pipeline(std::shared_ptr<const
   o.cache = job.data.cache;
   o.cache_bytes = job.data.cache_mb << 20;
   o.order = data::parse_color_order(job.data.color_order, "data.color_order");
+  o.fast_decode = job.data.jpeg_decode == "fast";
   o.augment_seed = seed;
   return std::make_shared<data::ImagePipeline>(std::move(source), o);
 }

@@ -23,6 +23,9 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
   s.add("data", "cache", &j.data.cache, "images: RAM cache of encoded bytes or decoded pixels (D1)")
       .choices({"none", "encoded", "decoded"});
   s.add("data", "cache_mb", &j.data.cache_mb, "images: cache budget in MiB").non_negative();
+  s.add("data", "jpeg_decode", &j.data.jpeg_decode,
+        "images: JPEG decoding: fast integer IDCT + merged chroma upsampling, or libjpeg's accurate defaults")
+      .choices({"fast", "accurate"});
   s.add("data", "color_order", &j.data.color_order, "channel order the pipeline delivers (D3)").choices({"RGB", "BGR"});
   s.add("data", "bad_samples", &j.data.bad_samples, "a sample that fails to read or decode: stop, or skip and report (D5)")
       .choices({"fail", "skip"});

@@ -277,17 +277,18 @@ TEST(DecodeJpeg, DctScalingPicksTheSmallestScaleCoveringTheMinimum) {
   const std::string path = dir / "a.jpg";
   const DecodedImage full = decode_file(path);
 
-  // Worked example: region 100x50 at (10, 6), minimum 30x10. M=2 gives ceil(220/8)-floor(20/8)
-  // = 26 < 30 columns; M=3 gives ceil(330/8)-floor(30/8) = 39 x ceil(168/8)-floor(18/8) = 19.
+  // Worked example: region 100x50 at (10, 6), minimum 30x10. Scales are powers of two (the
+  // SIMD IDCTs): M=2 gives ceil(220/8)-floor(20/8) = 26 < 30 columns; M=4 gives
+  // ceil(440/8)-floor(40/8) = 50 x ceil(224/8)-floor(24/8) = 25.
   DecodeOptions o;
   o.region = {10, 6, 100, 50};
   o.min_width = 30;
   o.min_height = 10;
   DecodedImage img = decode_file(path, o);
-  EXPECT_EQ(img.width, 39);
-  EXPECT_EQ(img.height, 19);
+  EXPECT_EQ(img.width, 50);
+  EXPECT_EQ(img.height, 25);
   EXPECT_EQ(img.region.width, 100);
-  EXPECT_EQ(img.pixels.size(), size_t(39) * 19 * 3);
+  EXPECT_EQ(img.pixels.size(), size_t(50) * 25 * 3);
 
   // No minimum, or one larger than the region: full resolution.
   o.min_width = o.min_height = 0;
@@ -300,13 +301,13 @@ TEST(DecodeJpeg, DctScalingPicksTheSmallestScaleCoveringTheMinimum) {
   img = decode_file(path, o);
   EXPECT_EQ(img.width, 13);  // ceil(110/8) - floor(10/8)
   EXPECT_EQ(img.height, 7);  // ceil(56/8) - floor(6/8)
-  // M = 7 for the rows; the single column straddles two 7/8 pixels but stays one (M/8 ≤ 1).
+  // 56 rows need more than 4/8: full scale; the single column stays one.
   o.region = {1, 0, 1, 64};
   o.min_width = 0;
   o.min_height = 56;
   img = decode_file(path, o);
   EXPECT_EQ(img.width, 1);
-  EXPECT_EQ(img.height, 56);
+  EXPECT_EQ(img.height, 64);
   // The whole image at 1/8 when the minimum is one pixel.
   o.region = {};
   o.min_width = o.min_height = 1;
@@ -404,9 +405,9 @@ TEST(DecodeJpeg, ScaledRegionEqualsCropOfScaledWholeImageInEveryOrientation) {
   for (const std::string& n : names) {
     const ImageInfo info = probe_file(dir / n);
     const int w = info.width, h = info.height;
-    // The whole image at each scale m/8 (a minimum of exactly that size picks m).
+    // The whole image at each scale m/8, m a power of two (a minimum of exactly that size picks m).
     std::vector<DecodedImage> whole(9);
-    for (int m = 1; m <= 8; ++m) {
+    for (int m : {1, 2, 4, 8}) {
       DecodeOptions o;
       o.min_width = (w * m + 7) / 8;
       o.min_height = (h * m + 7) / 8;
@@ -424,7 +425,7 @@ TEST(DecodeJpeg, ScaledRegionEqualsCropOfScaledWholeImageInEveryOrientation) {
         int m = 1;
         while (m < 8 && (spec_span(r.x, r.width, w, m).second < o.min_width ||
                          spec_span(r.y, r.height, h, m).second < o.min_height))
-          ++m;
+          m *= 2;
         const auto [x0, sw] = spec_span(r.x, r.width, w, m);
         const auto [y0, sh] = spec_span(r.y, r.height, h, m);
         const DecodedImage img = decode_file(dir / n, o);
@@ -696,6 +697,35 @@ TEST(DecodeFuzzCorpus, SeedsDecode) {
     ++n;
   }
   if (n == 0) GTEST_SKIP() << "no corpus at " << root << "/fuzz/corpus/image";
+}
+
+}  // namespace
+}  // namespace crucible::data
+
+namespace crucible::data {
+namespace {
+
+// The pipeline's fast JPEG settings (integer IDCT, merged chroma upsampling) stay within a few
+// levels of libjpeg's accurate defaults.
+TEST(DecodeJpeg, FastSettingsStayCloseToAccurate) {
+  test::TempDir dir;
+  test::run_python("import numpy as np\nfrom PIL import Image\n"
+                   "y, x = np.mgrid[0:180, 0:240]\n"
+                   "rng = np.random.default_rng(0)\n"
+                   "a = np.stack([x, y * 1.4, (x + y) / 2], -1) + rng.normal(0, 6, (180, 240, 3))\n"
+                   "a = np.clip(a, 0, 255).astype(np.uint8)  # photo-like: smooth gradients, sensor noise\n"
+                   "Image.fromarray(a).save('" + (dir / "a.jpg") + "', quality=90)\n");
+  const std::string bytes = test::read_text(dir / "a.jpg");
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  DecodeOptions fast;
+  fast.fast = true;
+  const DecodedImage a = decode_image(p, bytes.size(), "a.jpg");
+  const DecodedImage b = decode_image(p, bytes.size(), "a.jpg", fast);
+  ASSERT_EQ(a.pixels.size(), b.pixels.size());
+  double sum = 0;
+  for (size_t i = 0; i < a.pixels.size(); ++i) sum += std::abs(int(a.pixels[i]) - int(b.pixels[i]));
+  EXPECT_LT(sum / a.pixels.size(), 3.0);
+  EXPECT_NE(a.pixels, b.pixels);  // the settings are really applied
 }
 
 }  // namespace

@@ -85,7 +85,9 @@ TEST(ImagePipeline, CachesChangeNothingButSpeedD1) {
     o.cache_bytes = int64_t{64} << 20;
     auto p = std::make_shared<ImagePipeline>(src, o);
     const std::string cached = run_digest(p, 2);
-    if (std::string(kind) == "encoded") EXPECT_EQ(cached, plain);
+    if (std::string(kind) == "encoded") {
+      EXPECT_EQ(cached, plain);
+    }
     EXPECT_GT(p->cached_bytes(), 0) << kind;
     // A budget smaller than one sample caches nothing and gives the same batches.
     o.cache_bytes = 16;

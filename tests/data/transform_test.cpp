@@ -109,3 +109,19 @@ TEST(Flip, MirrorsEveryRow) {
 
 }  // namespace
 }  // namespace crucible::data
+
+namespace crucible::data {
+namespace {
+
+TEST(Resize, FlipOnTheWayEqualsFlipAfter) {
+  std::vector<uint8_t> src(53 * 37 * 3);
+  for (size_t k = 0; k < src.size(); ++k) src[k] = static_cast<uint8_t>(k * 31 + 7);
+  std::vector<uint8_t> a(24 * 20 * 3), b(24 * 20 * 3);
+  resize_image(src.data(), 53, 37, 53 * 3, 3, a.data(), 24, 20, /*flip=*/false);
+  hflip_image(a.data(), 24, 20, 3);
+  resize_image(src.data(), 53, 37, 53 * 3, 3, b.data(), 24, 20, /*flip=*/true);
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace crucible::data

@@ -47,6 +47,9 @@ struct DecodeOptions {
   Rect region;          // the part of the displayed image to return; empty = the whole image
   int min_width = 0;    // the returned pixels may be scaled down, but never below this size:
   int min_height = 0;   // the smallest M/8 with scaled region ≥ min (0 = full resolution)
+  // JPEG: libjpeg-turbo's fast integer IDCT and merged (non-"fancy") chroma upsampling, as
+  // FFCV decodes: ~10% faster, pixels within a few levels of the accurate decode.
+  bool fast = false;
 };
 
 // [height, width, 3] uint8 RGB pixels of `region` (exactly that region, in display

@@ -61,6 +61,7 @@ struct ImagePipelineOptions {
   std::string cache = "none";
   int64_t cache_bytes = 0;     // budget of the cache; samples past it are not cached
   ColorOrder order = ColorOrder::kRGB;  // D3: BGR only when asked for
+  bool fast_decode = true;  // DecodeOptions::fast for JPEG (data.jpeg_decode = "fast" | "accurate")
   uint64_t augment_seed = 0;
 };
 

@@ -27,9 +27,10 @@ Rect center_crop_region(int width, int height, double crop_fraction = 0.875);
 
 // Resizes the [src_h, src_w, channels] uint8 image region (`src_stride` bytes per row) to
 // [dst_h, dst_w, channels], with PIL's antialiased bilinear filter (a triangle widened by the
-// downscale factor), in 14-bit fixed point.
+// downscale factor), in 14-bit fixed point; `flip` mirrors the output horizontally on the way
+// (the same bytes as resize then hflip_image, without the extra pass).
 void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int channels, uint8_t* dst, int dst_w,
-                  int dst_h);
+                  int dst_h, bool flip = false);
 
 // Mirrors each row of a [h, w, channels] image in place.
 void hflip_image(uint8_t* pixels, int w, int h, int channels);

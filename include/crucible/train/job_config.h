@@ -35,6 +35,7 @@ struct DataSection {
   int64_t crop = 224;         // "images": output size (RandomResizedCrop for training, centre crop for tests)
   std::string cache = "none";  // "images": "none" | "encoded" | "decoded" (D1)
   int64_t cache_mb = 0;       // budget of that cache
+  std::string jpeg_decode = "fast";  // "fast" (fast IDCT, merged upsampling) | "accurate"
   std::string color_order = "RGB";  // D3: channel order the pipeline delivers ("BGR" only when asked)
   std::string bad_samples = "fail";  // D5: "fail" | "skip"
   int64_t train_samples = 0;  // 0 = all
