@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "crucible/core/error.h"
+#include "crucible/core/mmap.h"
 
 namespace crucible {
 
@@ -83,30 +84,8 @@ void commit_file(const std::string& tmp, const std::string& path) {
 }
 
 std::string read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw bad_input("cannot open {}: {}", path, errno_text(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw runtime_error("cannot stat {}: {}", path, errno_text(err));
-  }
-  std::string out;
-  out.resize(static_cast<size_t>(st.st_size));
-  size_t got = 0;
-  while (got < out.size()) {
-    ssize_t n = ::read(fd, out.data() + got, out.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = errno;
-      ::close(fd);
-      throw runtime_error("cannot read {} at byte {} of {}: {}", path, got, out.size(),
-                          n == 0 ? "file shrank while reading" : errno_text(err));
-    }
-    got += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return out;
+  auto file = MappedFile::open(path);
+  return std::string(reinterpret_cast<const char*>(file->data()), file->size());
 }
 
 void fsync_dir(const std::string& dir) {
