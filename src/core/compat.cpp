@@ -2,11 +2,17 @@
 #include "crucible/core/compat.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include <cstdlib>
 #include <mutex>
+
+#if defined(CRUCIBLE_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include "crucible/core/error.h"
 
@@ -133,6 +139,22 @@ std::optional<c10::ScalarType> float8_scalar_type(bool e4m3) {
   return std::nullopt;
 #endif
 }
+
+void release_cached_memory(c10::Device device) {
+#if defined(CRUCIBLE_WITH_CUDA)
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)device;  // CPU memory goes back to malloc as tensors die; nothing is cached
+#endif
+}
+
+void set_deterministic(bool on) { at::globalContext().setDeterministicAlgorithms(on, /*warn_only=*/false); }
+
+void set_matmul_precision(const std::string& precision) { at::globalContext().setFloat32MatmulPrecision(precision); }
+
+void set_cudnn_benchmark(bool on) { at::globalContext().setBenchmarkCuDNN(on); }
+
+void enable_sync_debug() { ::setenv("CUDA_LAUNCH_BLOCKING", "1", /*overwrite=*/1); }
 
 void set_num_threads(int threads) { at::set_num_threads(threads); }
 int num_threads() { return at::get_num_threads(); }

@@ -73,8 +73,8 @@ at::Tensor DeviceInput::images(const Batch& batch) const {
   return x.mul_(scale_).add_(shift_);
 }
 
-std::function<PixelBuffer(size_t)> DeviceInput::batch_allocator() const {
-  if (device_.is_cpu()) return nullptr;  // the loader's heap buffers
+std::function<PixelBuffer(size_t)> DeviceInput::batch_allocator(c10::Device device) {
+  if (device.is_cpu()) return nullptr;  // the loader's recycled heap buffers
   // D9: batches assembled straight into pinned host memory, so the copy above is asynchronous.
   return [](size_t bytes) {
     auto t = std::make_shared<at::Tensor>(

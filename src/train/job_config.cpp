@@ -47,6 +47,10 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
 
   s.add("optim", "name", &j.optim.name, "optimizer").choices({"adamw", "sgd"});
   s.add("optim", "lr", &j.optim.lr, "peak learning rate").positive();
+  s.add("optim", "lr_per_256", &j.optim.lr_per_256, "if > 0: lr per 256 samples, scaled by the global batch (T7)")
+      .non_negative();
+  s.add("optim", "decay_bias_and_norm", &j.optim.decay_bias_and_norm,
+        "also decay biases and normalisation weights (T4: off by default)");
   s.add("optim", "weight_decay", &j.optim.weight_decay, "weight decay (decoupled for adamw)").non_negative();
   s.add("optim", "beta1", &j.optim.beta1, "adamw beta1 (cycled by onecycle when cycle_momentum)").min(0).max(1, true);
   s.add("optim", "beta2", &j.optim.beta2, "adamw beta2").min(0).max(1, true);
@@ -65,12 +69,24 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
   s.add("train", "epochs", &j.train.epochs, "passes over the training set").min(1);
   s.add("train", "batch_size", &j.train.batch_size, "samples per optimizer step").min(1);
   s.add("train", "eval_batch_size", &j.train.eval_batch_size, "samples per evaluation batch").min(1);
-  s.add("train", "precision", &j.train.precision, "compute precision (bf16/fp16 = autocast mixed precision)")
-      .choices({"fp32", "bf16", "fp16"});
+  s.add("train", "precision", &j.train.precision,
+        "compute precision (bf16/fp16 = autocast mixed precision; auto = the fastest safe one, timed here)")
+      .choices({"fp32", "bf16", "fp16", "auto"});
   s.add("train", "channels_last", &j.train.channels_last, "NHWC memory format for activations and weights");
   s.add("train", "label_smoothing", &j.train.label_smoothing, "cross-entropy label smoothing").min(0).max(1, true);
   s.add("train", "threads", &j.train.threads, "torch compute threads (0 = all cores available)").non_negative();
   s.add("train", "max_steps", &j.train.max_steps, "stop after this many steps (0 = all epochs)").non_negative();
+  s.add("train", "accumulate", &j.train.accumulate, "micro-batches per optimizer step (M5; batch_size is split)").min(1);
+  s.add("train", "clip_norm", &j.train.clip_norm, "clip the global gradient norm (0 = off)").non_negative();
+  s.add("train", "max_bad_steps", &j.train.max_bad_steps, "non-finite steps in a row before exit 3").min(1);
+  s.add("train", "loss_scale", &j.train.loss_scale, "fp16: initial dynamic loss scale (T1)").positive();
+  s.add("train", "loss_scale_interval", &j.train.loss_scale_interval, "fp16: clean steps before the scale doubles")
+      .min(1);
+  s.add("train", "deterministic", &j.train.deterministic, "deterministic algorithms only (M6)");
+  s.add("train", "matmul_precision", &j.train.matmul_precision, "float32 matmul precision (T5; TF32 on GPUs)")
+      .choices({"highest", "high", "medium"});
+  s.add("train", "sync_debug", &j.train.sync_debug, "synchronise after every GPU kernel, as CUDA_LAUNCH_BLOCKING=1 (T14)");
+  s.add("train", "release_cache", &j.train.release_cache, "release cached device memory at epoch ends (T13)");
 
   s.add("checkpoint", "every_steps", &j.checkpoint.every_steps, "checkpoint every N steps (and at every epoch end)")
       .min(1);
@@ -83,7 +99,8 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
 
 bool key_is_cosmetic(const std::string& k) {
   return k.rfind("log.", 0) == 0 || k == "checkpoint.every_steps" || k == "checkpoint.keep" || k == "data.threads" ||
-         k == "data.prefetch" || k == "data.cache" || k == "data.cache_mb" || k == "train.eval_batch_size" || k == "train.max_steps";
+         k == "data.prefetch" || k == "data.cache" || k == "data.cache_mb" || k == "train.eval_batch_size" || k == "train.max_steps" ||
+         k == "train.sync_debug" || k == "train.release_cache";
 }
 
 }  // namespace crucible::train

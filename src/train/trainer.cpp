@@ -26,12 +26,14 @@
 #include "crucible/data/source.h"
 #include "crucible/io/tensor.h"
 #include "crucible/nn/mode_guard.h"
+#include "crucible/nn/lint.h"
 #include "crucible/nn/model.h"
 #include "crucible/obs/jsonl.h"
 #include "crucible/obs/progress.h"
 #include "crucible/train/checkpoint.h"
 #include "crucible/train/optimizer.h"
 #include "crucible/train/data_setup.h"
+#include "crucible/train/grad_scaler.h"
 #include "crucible/train/schedule.h"
 
 #ifndef CRUCIBLE_VERSION
@@ -46,6 +48,24 @@ using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
 std::atomic<bool> g_stop{false};
+
+// Test seam (T16): at step `g_oom_step`, any micro-batch larger than `g_oom_max` fails as if
+// the allocator had run out of memory.
+std::atomic<int64_t> g_oom_step{-1};
+std::atomic<int64_t> g_oom_max{0};
+
+struct SimulatedOom : std::runtime_error {
+  SimulatedOom() : std::runtime_error("out of memory (injected by the test seam)") {}
+};
+
+// CPU and CUDA allocators both report through c10::Error; std::bad_alloc from plain new.
+bool is_out_of_memory(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr || dynamic_cast<const SimulatedOom*>(&e) != nullptr) {
+    return true;
+  }
+  const std::string what = e.what();
+  return what.find("out of memory") != std::string::npos || what.find("can't allocate memory") != std::string::npos;
+}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -71,6 +91,13 @@ c10::ScalarType autocast_dtype(const std::string& precision) {
 }  // namespace
 
 void request_stop() { g_stop.store(true); }
+
+namespace testing {
+void inject_oom(int64_t step, int64_t max_micro_batch) {
+  g_oom_max.store(max_micro_batch);
+  g_oom_step.store(step);
+}
+}  // namespace testing
 
 std::string params_sha256(torch::nn::Module& module) {
   Sha256 h;
@@ -104,6 +131,16 @@ struct Trainer::Impl {
   std::optional<int64_t> resumed_from;
   // Metrics of the current log interval, on the device (law 2).
   at::Tensor loss_sum, correct;
+  GradScaler scaler;
+  std::vector<std::string> param_names;  // parallel to params, for naming a non-finite gradient
+  std::vector<at::Tensor> params;
+  int64_t bad_in_row = 0;      // non-finite steps in a row
+  int64_t skipped_steps = 0;   // over the whole run
+  int64_t oom_retries = 0;     // batches re-run as smaller micro-batches (T16)
+  std::string resolved_precision;  // what "auto" chose (or the configured precision)
+  bool resolved_channels_last = false;
+  std::string stored_precision;     // the choice a resumed run made ("" = none)
+  bool stored_channels_last = false;
 
   Impl(JobConfig j, TrainFlags f) : job(std::move(j)), flags(f) {}
 
@@ -119,6 +156,9 @@ struct Trainer::Impl {
   CheckpointData snapshot();
   void save_checkpoint();
   void evaluate(obs::JsonlWriter& metrics);
+  void train_step(const data::Batch& batch, const Schedule::Point& sp);
+  void choose_precision(const data::SamplePipeline& pipeline, const data::ImageSpec& spec, int64_t classes);
+  void forward_backward(const data::Batch& batch, int64_t parts, double scale);
   void read_interval(obs::JsonlWriter& metrics, obs::Progress& progress, double lr, double momentum);
   TrainSummary summarize(bool already_complete);
   TrainSummary run();
@@ -191,7 +231,6 @@ void Trainer::Impl::build() {
   data::NormalizeOptions norm{job.data.mean, job.data.std,
                               data::parse_value_range(job.data.mean_std_range, "data.mean_std_range"),
                               data::parse_color_order(job.data.mean_std_order, "data.mean_std_order")};
-  input = std::make_unique<data::DeviceInput>(spec, norm, device, job.train.channels_last);
   int loader_threads = static_cast<int>(job.data.threads);
   std::string chosen;
   if (loader_threads == 0) {
@@ -201,7 +240,7 @@ void Trainer::Impl::build() {
   }
   data::LoaderOptions train_options = loader_options(job, job.train.batch_size, loader_threads);
   data::LoaderOptions test_options = loader_options(job, job.train.eval_batch_size, loader_threads);
-  train_options.allocate = test_options.allocate = input->batch_allocator();  // D9: pinned on a GPU
+  train_options.allocate = test_options.allocate = data::DeviceInput::batch_allocator(device);  // D9
   train_loader = std::make_unique<data::Loader>(
       ds.train, data::Sampler(ds.train->size(), /*shuffle=*/true, derive_seed(seed, RngStream::kSampler)),
       train_options);
@@ -209,9 +248,6 @@ void Trainer::Impl::build() {
   steps_per_epoch = train_loader->batches_per_epoch();
   total_steps = steps_per_epoch * job.train.epochs;
 
-  log_info("input: {}; loader: {}, prefetch {}, bad samples: {}", input->describe(),
-           chosen.empty() ? fmt::format("{} thread(s)", loader_threads) : chosen, job.data.prefetch,
-           job.data.bad_samples);
 
   // Model: weights from the init stream, then torch's generator moves to the dropout stream.
   compat::seed_cpu_generator(derive_seed(seed, RngStream::kInit));
@@ -222,38 +258,86 @@ void Trainer::Impl::build() {
     throw bad_input("model {} takes {} channel(s) but the data has {}", job.model.name, want.channels, spec.channels);
   }
   model->module().to(device);
-  if (job.train.channels_last) {
+  model->module().train();
+  compat::seed_cpu_generator(derive_seed(seed, RngStream::kDropout));
+  log_info("model: {}, {} parameters", model->describe(), nn::parameter_count(*model));
+  for (const auto& w : nn::lint_bias_before_norm(model->module())) log_warn("model lint (M7): {}", w);
+
+  // Precision and memory format: as configured, as a resumed run chose, or timed here (auto).
+  if (!stored_precision.empty()) {
+    resolved_precision = stored_precision;
+    resolved_channels_last = stored_channels_last;
+  } else if (job.train.precision == "auto") {
+    choose_precision(*ds.train, spec, classes);
+  } else {
+    resolved_precision = job.train.precision;
+    resolved_channels_last = job.train.channels_last;
+  }
+  if (resolved_channels_last) {
     for (auto& p : model->module().parameters()) {
       if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
     }
   }
-  model->module().train();
-  compat::seed_cpu_generator(derive_seed(seed, RngStream::kDropout));
-  log_info("model: {}, {} parameters", model->describe(), nn::parameter_count(*model));
-
-  // Precision.
-  if (job.train.precision != "fp32") {
-    amp_dtype = autocast_dtype(job.train.precision);
+  input = std::make_unique<data::DeviceInput>(spec, norm, device, resolved_channels_last);
+  log_info("input: {}; loader: {}, prefetch {}, bad samples: {}", input->describe(),
+           chosen.empty() ? fmt::format("{} thread(s)", loader_threads) : chosen, job.data.prefetch,
+           job.data.bad_samples);
+  if (resolved_precision != "fp32") {
+    amp_dtype = autocast_dtype(resolved_precision);
     if (!compat::autocast_supported(device.type(), amp_dtype)) {
       throw bad_input("train.precision = \"{}\": libtorch {} has no {} autocast on {}; use \"bf16\" or \"fp32\"",
-                      job.train.precision, compat::torch_version(), job.train.precision, device.str());
+                      resolved_precision, compat::torch_version(), resolved_precision, device.str());
     }
     autocast = true;
   }
-  log_info("precision: {}{}, memory format {}", job.train.precision, autocast ? " (autocast mixed precision)" : "",
-           job.train.channels_last ? "channels_last" : "contiguous");
+  GradScalerOptions so;
+  so.enabled = resolved_precision == "fp16";  // bf16 keeps fp32's exponent range: no scaling needed
+  so.init_scale = job.train.loss_scale;
+  so.interval = job.train.loss_scale_interval;
+  scaler = GradScaler(so);
+  log_info("precision: {}{}, memory format {}{}", resolved_precision, autocast ? " (autocast mixed precision)" : "",
+           resolved_channels_last ? "channels_last" : "contiguous",
+           scaler.enabled() ? fmt::format(", dynamic loss scale from {}", scaler.scale()) : "");
 
-  // Optimizer and schedule.
-  ParamGroup group;
-  group.weight_decay = job.optim.weight_decay;
-  for (const auto& p : model->module().named_parameters(true)) group.params.push_back({p.key(), p.value()});
-  optimizer = make_optimizer(job.optim, {group});
+  // Determinism (M6) and device settings (T5, T9, T14).
+  compat::set_deterministic(job.train.deterministic);
+  if (job.train.deterministic) {
+    log_info("deterministic algorithms on (M6); still free to differ: results across thread counts (BLAS and "
+             "reduction splits), library versions and devices, and any op without a deterministic kernel (it "
+             "raises)");
+  }
+  compat::set_matmul_precision(job.train.matmul_precision);
+  compat::set_cudnn_benchmark(!job.train.deterministic);  // T9: every batch has the pipeline's fixed shape
+  if (job.train.sync_debug) {
+    compat::enable_sync_debug();
+    log_info("sync debug (T14): every GPU kernel is synchronised, errors point at their own line");
+  }
+
+  // Optimizer and schedule. T4: no weight decay on biases and normalisation weights (1-D).
+  ParamGroup decay, no_decay;
+  decay.weight_decay = job.optim.weight_decay;
+  no_decay.weight_decay = job.optim.decay_bias_and_norm ? job.optim.weight_decay : 0.0;
+  for (const auto& p : model->module().named_parameters(true)) {
+    (p.value().dim() <= 1 ? no_decay : decay).params.push_back({p.key(), p.value()});
+    param_names.push_back(p.key());
+    params.push_back(p.value());
+  }
+  log_info("parameter groups (T4): {} tensors with weight decay {}, {} biases/norm weights with {}", decay.params.size(),
+           decay.weight_decay, no_decay.params.size(), no_decay.weight_decay);
+  optimizer = make_optimizer(job.optim, {decay, no_decay});
+  const int64_t global_batch = job.train.batch_size;
+  const double lr = job.optim.lr_per_256 > 0 ? job.optim.lr_per_256 * static_cast<double>(global_batch) / 256.0
+                                             : job.optim.lr;
+  if (job.optim.lr_per_256 > 0) {
+    log_info("lr = {} per 256 samples × global batch {} / 256 = {} (T7)", job.optim.lr_per_256, global_batch, lr);
+  }
   const double momentum = job.optim.name == "adamw" ? job.optim.beta1 : job.optim.momentum;
-  schedule = std::make_unique<Schedule>(job.schedule, job.optim.lr, momentum, total_steps);
+  schedule = std::make_unique<Schedule>(job.schedule, lr, momentum, total_steps);
   log_info("optimizer: {}; schedule: {}", optimizer->describe(), schedule->describe());
-  log_info("training: {} epochs × {} steps of batch {} = {} steps; checkpoint every {} steps, keep {}",
-           job.train.epochs, steps_per_epoch, job.train.batch_size, total_steps, job.checkpoint.every_steps,
-           job.checkpoint.keep);
+  log_info("training: {} epochs × {} steps of batch {}{} = {} steps; checkpoint every {} steps, keep {}",
+           job.train.epochs, steps_per_epoch, job.train.batch_size,
+           job.train.accumulate > 1 ? fmt::format(" ({} micro-batches)", job.train.accumulate) : "", total_steps,
+           job.checkpoint.every_steps, job.checkpoint.keep);
 
   loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
   correct = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device));
@@ -281,6 +365,13 @@ CheckpointData Trainer::Impl::snapshot() {
   m["last_test_loss"] = fmt::format("{:.17g}", st.last_test_loss);
   m["last_eval_step"] = std::to_string(st.last_eval_step);
   m["total_steps"] = std::to_string(total_steps);
+  m["precision"] = resolved_precision;
+  m["memory_format"] = resolved_channels_last ? "channels_last" : "contiguous";
+  m["loss_scale"] = fmt::format("{:.17g}", scaler.scale());  // T1
+  m["loss_scale_tracker"] = std::to_string(scaler.growth_tracker());
+  m["skipped_steps"] = std::to_string(skipped_steps);
+  m["bad_in_row"] = std::to_string(bad_in_row);
+  m["oom_retries"] = std::to_string(oom_retries);
   m["config"] = resolved_toml();
   m["crucible_version"] = CRUCIBLE_VERSION;
   m["torch_version"] = compat::torch_version();
@@ -324,6 +415,10 @@ void Trainer::Impl::restore(const CheckpointData& ckpt, const std::string& path)
   st.last_test_acc = ckpt.meta_double("last_test_acc", path);
   st.last_test_loss = ckpt.meta_double("last_test_loss", path);
   st.last_eval_step = ckpt.meta_int("last_eval_step", path);
+  scaler.load(ckpt.meta_double("loss_scale", path), ckpt.meta_int("loss_scale_tracker", path));
+  skipped_steps = ckpt.meta_int("skipped_steps", path);
+  bad_in_row = ckpt.meta_int("bad_in_row", path);
+  oom_retries = ckpt.meta_int("oom_retries", path);
   if (ckpt.meta_int("total_steps", path) != total_steps) {
     throw bad_input("{}: checkpoint was written for {} total steps, this job has {}", path,
                     ckpt.meta_int("total_steps", path), total_steps);
@@ -372,6 +467,170 @@ void Trainer::Impl::evaluate(obs::JsonlWriter& metrics) {
                  {"train_seconds", st.train_seconds}});
   log_info("eval after step {}: test accuracy {:.2f}%, loss {:.4f} ({} samples, {:.1f} s)", st.step,
            100 * st.last_test_acc, st.last_test_loss, n, secs);
+}
+
+// precision = "auto": times forward + backward of each safe candidate on a scratch copy of the
+// model and one real batch, picks the fastest and says why. The scratch model is initialised
+// from a saved generator state, so the run's own random streams are untouched.
+void Trainer::Impl::choose_precision(const data::SamplePipeline& pipeline, const data::ImageSpec& spec,
+                                     int64_t classes) {
+  const at::Tensor rng_state = compat::cpu_generator_state();
+  data::Batch batch;
+  batch.spec = spec;
+  const int64_t n = std::min<int64_t>(job.train.batch_size, pipeline.size());
+  batch.pixels = data::PixelBuffer::heap(static_cast<size_t>(n * spec.bytes()));
+  for (int64_t i = 0; i < n; ++i) {
+    batch.labels.push_back(pipeline.produce(i, 0, batch.pixels.data() + i * spec.bytes()));
+  }
+  struct Candidate {
+    std::string precision;
+    bool channels_last;
+    double ms = 0;
+  };
+  std::vector<Candidate> candidates = {{"fp32", false}, {"fp32", true}};
+  if (compat::autocast_supported(device.type(), c10::ScalarType::BFloat16)) {
+    candidates.push_back({"bf16", false});
+    candidates.push_back({"bf16", true});
+  }
+  const data::NormalizeOptions norm{job.data.mean, job.data.std,
+                                    data::parse_value_range(job.data.mean_std_range, "data.mean_std_range"),
+                                    data::parse_color_order(job.data.mean_std_order, "data.mean_std_order")};
+  for (auto& c : candidates) {
+    auto scratch = nn::make_model(job.model, spec.channels, spec.height, spec.width, classes);
+    scratch->module().to(device);
+    if (c.channels_last) {
+      for (auto& p : scratch->module().parameters()) {
+        if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+      }
+    }
+    data::DeviceInput in(spec, norm, device, c.channels_last);
+    const at::Tensor x = in.images(batch), y = in.labels(batch);
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = Clock::now();
+      {
+        compat::AutocastGuard amp(device.type(), c10::ScalarType::BFloat16, c.precision == "bf16");
+        at::cross_entropy_loss(scratch->forward(x), y).backward();
+      }
+      for (auto& p : scratch->module().parameters()) p.mutable_grad().reset();
+      if (rep >= 1) best = std::min(best, seconds_since(t0) * 1000.0);  // the first is warm-up
+    }
+    c.ms = best;
+  }
+  compat::set_cpu_generator_state(rng_state);
+  const Candidate* pick = &candidates[0];
+  std::string table;
+  for (const auto& c : candidates) {
+    table += fmt::format("{}{} {} {:.1f} ms", table.empty() ? "" : ", ", c.precision,
+                         c.channels_last ? "channels_last" : "contiguous", c.ms);
+    if (c.ms < pick->ms) pick = &c;
+  }
+  resolved_precision = pick->precision;
+  resolved_channels_last = pick->channels_last;
+  log_info("precision auto: forward+backward of a batch of {}: {} → {} + {} (the fastest; fp16 is not a "
+           "candidate: it needs a loss scaler and has no CPU autocast in every libtorch)",
+           n, table, resolved_precision, resolved_channels_last ? "channels_last" : "contiguous");
+}
+
+// One micro-batch pass over `batch` split into `parts` slices: forward, loss × slice/batch
+// (so gradients equal the full batch's mean), scaled backward, metrics on the device.
+void Trainer::Impl::forward_backward(const data::Batch& batch, int64_t parts, double scale) {
+  const at::Tensor x_all = input->images(batch);
+  const at::Tensor y_all = input->labels(batch);
+  const int64_t n = batch.size();
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t begin = n * p / parts, end = n * (p + 1) / parts;
+    if (end <= begin) continue;
+    if (g_oom_step.load() == st.step && end - begin > g_oom_max.load()) throw SimulatedOom();
+    at::Tensor x = x_all.narrow(0, begin, end - begin);
+    at::Tensor y = y_all.narrow(0, begin, end - begin);
+    at::Tensor logits, loss;
+    {
+      compat::AutocastGuard amp(device.type(), amp_dtype, autocast);
+      logits = model->forward(x);
+      loss = at::cross_entropy_loss(logits, y, {}, at::Reduction::Mean, -100, job.train.label_smoothing);
+    }
+    const double weight = static_cast<double>(end - begin) / static_cast<double>(n);
+    (loss * (weight * scale)).backward();
+    at::NoGradGuard no_grad;
+    loss_sum.add_(loss.detach().to(at::kDouble), static_cast<double>(end - begin));
+    correct.add_(logits.detach().argmax(1).eq(y).sum());
+  }
+}
+
+void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& sp) {
+  // M5: `accumulate` micro-batches per step; T16: on an allocation failure, the same batch
+  // again as twice as many micro-batches, until one sample alone does not fit.
+  int64_t parts = std::max<int64_t>(1, std::min<int64_t>(job.train.accumulate, batch.size()));
+  const at::Tensor saved_loss_sum = loss_sum.clone(), saved_correct = correct.clone();
+  for (;;) {
+    try {
+      forward_backward(batch, parts, scaler.enabled() ? scaler.scale() : 1.0);
+      break;
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e)) throw;
+      optimizer->zero_grad();
+      loss_sum.copy_(saved_loss_sum);
+      correct.copy_(saved_correct);
+      compat::release_cached_memory(device);
+      if (parts >= batch.size()) {
+        throw runtime_error("step {}: out of memory with a single sample (sample ids {}{}): {}", st.step,
+                            fmt::join(batch.sample_ids.begin(), batch.sample_ids.begin() + std::min<size_t>(8, batch.sample_ids.size()), ", "),
+                            batch.sample_ids.size() > 8 ? ", …" : "", e.what());
+      }
+      const int64_t before = parts;
+      parts = std::min<int64_t>(parts * 2, batch.size());
+      ++oom_retries;
+      log_warn("step {}: out of memory with micro-batches of {} samples; retrying the batch as {} micro-batches of "
+               "about {} (T16)",
+               st.step, (batch.size() + before - 1) / before, parts, (batch.size() + parts - 1) / parts);
+    }
+  }
+  std::vector<at::Tensor> grads;
+  grads.reserve(params.size());
+  for (const auto& p : params) grads.push_back(p.grad());
+  scaler.unscale(grads);  // T1: unscaled before clipping
+  if (job.train.clip_norm > 0) {
+    at::NoGradGuard no_grad;
+    at::Tensor total = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+    for (const auto& g : grads) {
+      if (g.defined()) total.add_(g.detach().to(at::kFloat).pow(2).sum());
+    }
+    // No host read: the factor is clamped on the device, as torch.nn.utils.clip_grad_norm_ does.
+    const at::Tensor factor = (job.train.clip_norm / (total.sqrt() + 1e-6)).clamp_max(1.0);
+    for (const auto& g : grads) {
+      if (g.defined()) const_cast<at::Tensor&>(g).mul_(factor);
+    }
+  }
+  // The one host read of the step: are loss and gradients finite (needed to skip the step).
+  const bool finite = all_finite(grads) && std::isfinite(loss_sum.item<double>());
+  const bool take = scaler.update(!finite);
+  if (take) {
+    optimizer->step(sp.lr, sp.momentum);
+    bad_in_row = 0;
+  } else {
+    ++skipped_steps;
+    ++bad_in_row;
+    std::vector<std::string> names = {"loss"};
+    std::vector<at::Tensor> tensors = {loss_sum};
+    names.insert(names.end(), param_names.begin(), param_names.end());
+    tensors.insert(tensors.end(), grads.begin(), grads.end());
+    const std::string bad = first_non_finite(names, tensors);
+    const std::string what = bad == "loss" ? "the loss" : "the gradient of " + bad;
+    if (bad_in_row >= job.train.max_bad_steps) {
+      optimizer->zero_grad();
+      throw diverged("training diverged: {} is not finite at step {} ({} bad steps in a row, train.max_bad_steps = "
+                     "{}); the last good checkpoint in {} is intact",
+                     what, st.step, bad_in_row, job.train.max_bad_steps, checkpoints->dir());
+    }
+    log_warn("step {}: {} is not finite; step skipped{} ({} of {} allowed in a row)", st.step, what,
+             scaler.enabled() ? fmt::format(", loss scale now {}", scaler.scale()) : "", bad_in_row,
+             job.train.max_bad_steps);
+    // The interval's metrics must not carry the non-finite values.
+    loss_sum.copy_(saved_loss_sum);
+    correct.copy_(saved_correct);
+  }
+  optimizer->zero_grad();  // T10: set to none
 }
 
 void Trainer::Impl::read_interval(obs::JsonlWriter& metrics, obs::Progress& progress, double lr, double momentum) {
@@ -424,8 +683,11 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
             {"bad_samples_skipped", train_loader->skipped_count() + test_loader->skipped_count()},
             {"steps", st.step},
             {"epochs", job.train.epochs},
-            {"precision", job.train.precision},
-            {"memory_format", job.train.channels_last ? "channels_last" : "contiguous"},
+            {"precision", resolved_precision},
+            {"memory_format", resolved_channels_last ? "channels_last" : "contiguous"},
+            {"skipped_steps", skipped_steps},
+            {"oom_retries", oom_retries},
+            {"loss_scale", scaler.enabled() ? json(scaler.scale()) : json(nullptr)},
             {"threads", compat::num_threads()},
             {"seed", job.run.seed},
             {"params_sha256", s.params_sha256},
@@ -438,10 +700,19 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
 
 TrainSummary Trainer::Impl::run() {
   prepare_run_dir();
+  std::string ckpt_path;
+  std::optional<CheckpointData> ckpt = checkpoints->load_latest(&ckpt_path);
+  if (ckpt) {  // a resumed run keeps the precision and memory format it chose (auto may time differently)
+    auto p = ckpt->meta.find("precision");
+    auto f = ckpt->meta.find("memory_format");
+    if (p != ckpt->meta.end() && f != ckpt->meta.end()) {
+      stored_precision = p->second;
+      stored_channels_last = f->second == "channels_last";
+    }
+  }
   build();
   const std::string metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
-  std::string ckpt_path;
-  if (auto ckpt = checkpoints->load_latest(&ckpt_path)) {
+  if (ckpt) {
     restore(*ckpt, ckpt_path);
     resumed_from = st.step;
     log_info("resumed from {}: step {} (epoch {}, batch {} of {})", ckpt_path, st.step, st.epoch + 1,
@@ -475,24 +746,8 @@ TrainSummary Trainer::Impl::run() {
       const auto t_step = Clock::now();
       st.data_wait_seconds += std::chrono::duration<double>(t_step - t_wait).count();
 
-      at::Tensor x = input->images(*batch);
-      at::Tensor y = input->labels(*batch);
-      at::Tensor loss;
-      at::Tensor logits;
-      {
-        compat::AutocastGuard amp(device.type(), amp_dtype, autocast);
-        logits = model->forward(x);
-        loss = at::cross_entropy_loss(logits, y, {}, at::Reduction::Mean, -100, job.train.label_smoothing);
-      }
-      loss.backward();
       sp = schedule->at(st.step);
-      optimizer->step(sp.lr, sp.momentum);
-      optimizer->zero_grad();  // T10: set to none
-      {
-        at::NoGradGuard no_grad;
-        loss_sum.add_(loss.detach().to(at::kDouble), static_cast<double>(batch->size()));
-        correct.add_(logits.detach().argmax(1).eq(y).sum());
-      }
+      train_step(*batch, sp);
       ++st.step;
       ++st.batch_in_epoch;
       st.samples += batch->size();
@@ -521,6 +776,7 @@ TrainSummary Trainer::Impl::run() {
       ++st.epoch;
       st.batch_in_epoch = 0;
       save_checkpoint();
+      if (job.train.release_cache) compat::release_cached_memory(device);  // T13
     }
   }
   progress.clear();

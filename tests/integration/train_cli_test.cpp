@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <regex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -294,6 +295,52 @@ TEST(TrainCli, TrainsOnAnImageFolder) {
                                 "data.std=[0.25, 0.25, 0.25]", "--set", "data.mean_std_order=BGR"});
   EXPECT_EQ(bad.exit_code, 2);
   expect_contains(bad.err, "BGR");
+}
+
+}  // namespace
+}  // namespace crucible
+
+namespace crucible {
+namespace {
+
+// Non-finite training: steps are skipped, then after train.max_bad_steps in a row the run
+// exits 3 naming the step and the tensor, and the last checkpoint holds finite weights.
+TEST(TrainCli, DivergenceExitsThreeNamingStepAndTensor) {
+  test::TempDir d;
+  auto r = test::run_command(with(small_run(d, "boom", 1), {"--set", "optim.lr=1e12", "--set", "schedule.name=constant",
+                                                            "--set", "train.max_bad_steps=2", "--set",
+                                                            "checkpoint.every_steps=1"}));
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  expect_contains(r.err, "training diverged");
+  expect_contains(r.err, "is not finite at step");
+  expect_contains(r.err, "step skipped");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex("(the loss|the gradient of [\\w.]+) is not finite at step (\\d+)")))
+      << r.err;
+  const auto steps = checkpoint_steps(d / "boom");
+  ASSERT_FALSE(steps.empty());
+  char name[64];
+  std::snprintf(name, sizeof(name), "/checkpoints/ckpt-%09lld.safetensors", static_cast<long long>(steps.back()));
+  auto inspect = test::run_command({test::crucible_binary(), "inspect", d / "boom" + name, "--stats", "--json"});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  for (const auto& a : json::parse(inspect.out)["arrays"]) {
+    if (a["name"].get<std::string>().rfind("model.", 0) != 0 || a["stats"].is_null()) continue;
+    EXPECT_EQ(a["stats"]["nan"], 0) << a["name"];
+    EXPECT_EQ(a["stats"]["inf"], 0) << a["name"];
+  }
+}
+
+// M5 / T4 / T7: accumulation over micro-batches, parameter groups and the lr scaling rule are
+// applied and stated in the log.
+TEST(TrainCli, AccumulationGroupsAndLrScalingAreStated) {
+  test::TempDir d;
+  auto r = test::run_command(with(small_run(d, "acc", 1), {"--set", "train.accumulate=4", "--set",
+                                                           "optim.lr_per_256=0.001", "--set", "train.clip_norm=1.0"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_contains(r.out, "(4 micro-batches)");
+  expect_contains(r.out, "lr = 0.001 per 256 samples × global batch 128 / 256 = 0.0005 (T7)");
+  expect_contains(r.out, "parameter groups (T4): 6 tensors with weight decay 0.0005, 10 biases/norm weights with 0");
+  EXPECT_GT(read_json(d / "acc/summary.json")["test_acc"].get<double>(), 0.5);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
@@ -45,6 +46,18 @@ void set_cpu_generator_state(const at::Tensor& state);
 // e5m2 / e4m3fn (2.1+). nullopt where this libtorch lacks them.
 std::optional<c10::ScalarType> unsigned_scalar_type(int bits);
 std::optional<c10::ScalarType> float8_scalar_type(bool e4m3);
+
+// Releases memory the device's caching allocator holds but no tensor uses (T13, T16); no-op
+// on CPU.
+void release_cached_memory(c10::Device device);
+// M6: deterministic algorithms only (an op without one raises).
+void set_deterministic(bool on);
+// T5: "highest" | "high" | "medium" (TF32 and bf16 matmuls where the device has them).
+void set_matmul_precision(const std::string& precision);
+// T9: cuDNN autotuning for fixed input shapes.
+void set_cudnn_benchmark(bool on);
+// T14: kernels launch synchronously (CUDA_LAUNCH_BLOCKING=1), set before the device starts.
+void enable_sync_debug();
 
 // Intra-op threads for torch kernels.
 void set_num_threads(int threads);

@@ -33,7 +33,7 @@ class DeviceInput {
   at::Tensor images(const Batch& batch) const;  // [B, C, H, W] float32, normalised
   // D9: an allocator for the loader that puts batches in pinned host memory when the device is
   // a GPU (null on CPU: the heap is right there). The batch must outlive the copy.
-  std::function<PixelBuffer(size_t)> batch_allocator() const;
+  static std::function<PixelBuffer(size_t)> batch_allocator(c10::Device device);
   at::Tensor labels(const Batch& batch) const;  // [B] int64
   std::string describe() const;
 

@@ -53,11 +53,20 @@ struct TrainSection {
   int64_t epochs = 10;
   int64_t batch_size = 256;
   int64_t eval_batch_size = 1000;
-  std::string precision = "bf16";  // "fp32" | "bf16" | "fp16"
+  std::string precision = "bf16";  // "fp32" | "bf16" | "fp16" | "auto" (timed here, fastest safe choice)
   bool channels_last = true;
   double label_smoothing = 0.1;
   int64_t threads = 0;   // torch intra-op threads; 0 = every core this process may use
   int64_t max_steps = 0; // stop after this many steps (0 = run every epoch)
+  int64_t accumulate = 1;      // M5: micro-batches per optimizer step (batch_size is split)
+  double clip_norm = 0.0;      // clip the global gradient norm to this (0 = off), after unscaling
+  int64_t max_bad_steps = 3;   // non-finite loss/gradients this many steps in a row → exit 3
+  double loss_scale = 65536.0;         // fp16 GradScaler: initial scale (T1)
+  int64_t loss_scale_interval = 2000;  // clean steps before the scale grows ×2
+  bool deterministic = false;  // M6: deterministic algorithms only
+  std::string matmul_precision = "high";  // T5: float32 matmul precision: "highest" | "high" | "medium"
+  bool sync_debug = false;     // T14: synchronise after every kernel (CUDA_LAUNCH_BLOCKING=1)
+  bool release_cache = true;   // T13: release cached device memory at every epoch end
 };
 
 struct CheckpointSection {

@@ -56,4 +56,10 @@ std::string params_sha256(torch::nn::Module& module);
 // Asks a running Trainer to stop at the next step boundary, checkpoint and return (SIGINT).
 void request_stop();
 
+namespace testing {
+// Test seam (T16): at optimizer step `step`, every micro-batch larger than `max_micro_batch`
+// samples fails as an allocation failure would. step < 0 disarms it.
+void inject_oom(int64_t step, int64_t max_micro_batch);
+}  // namespace testing
+
 }  // namespace crucible::train
