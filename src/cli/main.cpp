@@ -16,6 +16,7 @@
 #include "crucible/obs/progress.h"
 #include "crucible/train/job_config.h"
 #include "crucible/train/trainer.h"
+#include "crucible/train/tune.h"
 #include "data_commands.h"
 #include "io_commands.h"
 
@@ -37,7 +38,8 @@ int rank_from_env() {
   return r != nullptr ? std::atoi(r) : 0;
 }
 
-int run_train(const std::string& config_path, const std::vector<std::string>& overrides, bool resume, bool restart) {
+// The job of `config_path` (or the built-in default) with --set overrides applied.
+train::JobConfig load_job(const std::string& config_path, const std::vector<std::string>& overrides) {
   train::JobConfig job;
   ConfigSchema schema;
   train::bind_job_config(job, schema);
@@ -47,6 +49,25 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
     schema.load_file(config_path);
   }
   for (const auto& o : overrides) schema.apply_override(o);
+  return job;
+}
+
+int run_tune_batch(const std::string& config_path, const std::vector<std::string>& overrides, double budget_mb,
+                   int64_t max_batch, bool json) {
+  const train::JobConfig job = load_job(config_path, overrides);
+  const train::TuneResult r = train::tune_batch(job, static_cast<int64_t>(budget_mb * 1048576.0), max_batch);
+  log_info("largest batch that fits{}: {} (T17; {} tries)",
+           budget_mb > 0 ? fmt::format(" in {} MiB", budget_mb) : std::string(" on the device"), r.batch,
+           r.tries.size());
+  if (json) {
+    std::printf("{\"batch\": %lld, \"peak_bytes\": %lld, \"tries\": %zu}\n", static_cast<long long>(r.batch),
+                static_cast<long long>(r.peak_bytes), r.tries.size());
+  }
+  return 0;
+}
+
+int run_train(const std::string& config_path, const std::vector<std::string>& overrides, bool resume, bool restart) {
+  train::JobConfig job = load_job(config_path, overrides);
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -100,6 +121,23 @@ int main(int argc, char** argv) {
   CLI::App* bench_loader_cmd = cli::add_bench_loader(*bench_cmd, bench_loader_args);
   cli::BenchDecodeArgs bench_decode_args;
   CLI::App* bench_decode_cmd = cli::add_bench_decode(*bench_cmd, bench_decode_args);
+  CLI::App* tune_cmd = app.add_subcommand("tune", "find settings by measuring them");
+  tune_cmd->require_subcommand(1);
+  std::string tune_config;
+  std::vector<std::string> tune_overrides;
+  double tune_budget_mb = 0;
+  int64_t tune_max = 65536;
+  bool tune_json = false;
+  CLI::App* tune_batch_cmd = tune_cmd->add_subcommand(
+      "batch", "the largest batch whose training step fits a memory budget (T17), by doubling then bisecting");
+  tune_batch_cmd->add_option("config", tune_config, "TOML config (default: the built-in job)")->check(CLI::ExistingFile);
+  tune_batch_cmd->add_option("--set", tune_overrides, "override a config key")->type_name("KEY=VALUE");
+  tune_batch_cmd->add_option("--budget-mb", tune_budget_mb,
+                             "memory budget for one step (parameters, gradients, optimizer state, activations); "
+                             "required on CPU")
+      ->check(CLI::PositiveNumber);
+  tune_batch_cmd->add_option("--max", tune_max, "largest batch to try")->check(CLI::PositiveNumber);
+  tune_batch_cmd->add_flag("--json", tune_json, "print one JSON object as the last line");
   cli::PackArgs pack_args;
   CLI::App* pack_cmd = cli::add_pack(app, pack_args);
 
@@ -117,6 +155,10 @@ int main(int argc, char** argv) {
     if (bench_loader_cmd->parsed()) return cli::run_bench_loader(bench_loader_args);
     if (pack_cmd->parsed()) return cli::run_pack(pack_args);
     if (bench_decode_cmd->parsed()) return cli::run_bench_decode(bench_decode_args);
+    if (tune_batch_cmd->parsed()) {
+      if (tune_budget_mb <= 0) throw bad_input("tune batch: give --budget-mb (on CPU the budget cannot be read from a device)");
+      return run_tune_batch(tune_config, tune_overrides, tune_budget_mb, tune_max, tune_json);
+    }
   } catch (const Error& e) {
     log_error("{}", e.what());
     return exit_code(e.kind());

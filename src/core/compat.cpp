@@ -3,12 +3,20 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+#include <c10/core/Allocator.h>
+#include <fmt/format.h>
 
 #if defined(CRUCIBLE_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -140,6 +148,29 @@ std::optional<c10::ScalarType> float8_scalar_type(bool e4m3) {
 #endif
 }
 
+int cuda_device_count() { return at::globalContext().hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().getNumGPUs()) : 0; }
+
+c10::Device resolve_device(const std::string& name) {
+  const int gpus = cuda_device_count();
+  if (name == "auto") return gpus > 0 ? c10::Device(c10::DeviceType::CUDA, 0) : c10::Device(c10::DeviceType::CPU);
+  if (name == "cpu") return c10::Device(c10::DeviceType::CPU);
+  if (name.rfind("cuda", 0) == 0) {
+    int index = 0;
+    if (name.size() > 4) {
+      if (name[4] != ':' || name.size() == 5 || name.find_first_not_of("0123456789", 5) != std::string::npos) {
+        throw bad_input("train.device = \"{}\": expected cuda or cuda:N", name);
+      }
+      index = std::stoi(name.substr(5));
+    }
+    if (index >= gpus) {
+      throw bad_input("train.device = \"{}\": this machine has {} CUDA device(s) visible to libtorch {}{}", name, gpus,
+                      torch_version(), gpus == 0 ? " (a CPU-only build, or no GPU)" : "");
+    }
+    return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  throw bad_input("train.device = \"{}\": expected auto, cpu, cuda or cuda:N", name);
+}
+
 void release_cached_memory(c10::Device device) {
 #if defined(CRUCIBLE_WITH_CUDA)
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
@@ -155,6 +186,88 @@ void set_matmul_precision(const std::string& precision) { at::globalContext().se
 void set_cudnn_benchmark(bool on) { at::globalContext().setBenchmarkCuDNN(on); }
 
 void enable_sync_debug() { ::setenv("CUDA_LAUNCH_BLOCKING", "1", /*overwrite=*/1); }
+
+struct CpuMemoryBudget::Impl final : public c10::Allocator, public std::enable_shared_from_this<Impl> {
+  c10::Allocator* inner = nullptr;
+  int64_t budget = 0;
+  std::atomic<int64_t> live{0};
+  std::atomic<int64_t> peak{0};
+
+  // Blocks by data pointer: libtorch's raw_allocate needs context == data, so the bookkeeping
+  // cannot ride in the DataPtr's context. Entries keep their counter alive.
+  struct Block {
+    c10::DataPtr inner;
+    int64_t bytes;
+    std::shared_ptr<Impl> owner;
+  };
+  static std::mutex& blocks_mu() {
+    static std::mutex mu;
+    return mu;
+  }
+  static std::unordered_map<void*, Block>& blocks() {
+    static std::unordered_map<void*, Block> b;
+    return b;
+  }
+
+  static void release(void* data) {
+    Block victim;
+    {
+      std::lock_guard<std::mutex> lock(blocks_mu());
+      auto it = blocks().find(data);
+      if (it == blocks().end()) return;
+      victim = std::move(it->second);
+      blocks().erase(it);
+    }
+    victim.owner->live.fetch_sub(victim.bytes);
+  }  // victim.inner frees the memory here
+
+  c10::DataPtr allocate_impl(size_t n) {
+    const int64_t bytes = static_cast<int64_t>(n);
+    const int64_t now = live.fetch_add(bytes) + bytes;
+    if (now > budget) {
+      live.fetch_sub(bytes);
+      throw std::runtime_error(fmt::format("out of memory: a {} byte allocation would take CPU tensors to {} bytes, "
+                                           "past the budget of {}",
+                                           bytes, now, budget));
+    }
+    int64_t p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+    c10::DataPtr in = inner->allocate(n);
+    void* data = in.get();
+    {
+      std::lock_guard<std::mutex> lock(blocks_mu());
+      blocks()[data] = Block{std::move(in), bytes, shared_from_this()};
+    }
+    return c10::DataPtr(data, data, &release, c10::Device(c10::DeviceType::CPU));
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(size_t n) override { return allocate_impl(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+#else
+  c10::DataPtr allocate(size_t n) const override { return const_cast<Impl*>(this)->allocate_impl(n); }
+#endif
+};
+
+CpuMemoryBudget::CpuMemoryBudget(int64_t budget_bytes) : impl_(std::make_shared<Impl>()) {
+  impl_->inner = c10::GetAllocator(c10::DeviceType::CPU);
+  impl_->budget = budget_bytes;
+  c10::SetAllocator(c10::DeviceType::CPU, impl_.get());
+}
+
+CpuMemoryBudget::~CpuMemoryBudget() { c10::SetAllocator(c10::DeviceType::CPU, impl_->inner); }
+
+int64_t CpuMemoryBudget::peak_bytes() const { return impl_->peak.load(); }
+void CpuMemoryBudget::reset_peak() { impl_->peak.store(impl_->live.load()); }
+
+void seed_device_generator(c10::Device device, uint64_t seed) {
+  if (!device.is_cuda()) return;
+  auto gen = at::detail::getCUDAHooks().getDefaultCUDAGenerator(device.index());
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_current_seed(seed);
+}
 
 void set_num_threads(int threads) { at::set_num_threads(threads); }
 int num_threads() { return at::get_num_threads(); }

@@ -66,6 +66,7 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
   s.add("schedule", "base_momentum", &j.schedule.base_momentum, "onecycle: momentum at the peak lr").min(0).max(1, true);
   s.add("schedule", "max_momentum", &j.schedule.max_momentum, "onecycle: momentum at the ends").min(0).max(1, true);
 
+  s.add("train", "device", &j.train.device, "where to train: auto (a GPU when present), cpu, cuda or cuda:N");
   s.add("train", "epochs", &j.train.epochs, "passes over the training set").min(1);
   s.add("train", "batch_size", &j.train.batch_size, "samples per optimizer step").min(1);
   s.add("train", "eval_batch_size", &j.train.eval_batch_size, "samples per evaluation batch").min(1);
@@ -79,7 +80,9 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
   s.add("train", "accumulate", &j.train.accumulate, "micro-batches per optimizer step (M5; batch_size is split)").min(1);
   s.add("train", "clip_norm", &j.train.clip_norm, "clip the global gradient norm (0 = off)").non_negative();
   s.add("train", "max_bad_steps", &j.train.max_bad_steps, "non-finite steps in a row before exit 3").min(1);
-  s.add("train", "loss_scale", &j.train.loss_scale, "fp16: initial dynamic loss scale (T1)").positive();
+  s.add("train", "loss_scaling", &j.train.loss_scaling, "dynamic loss scaling (T1): auto = on for fp16 only")
+      .choices({"auto", "on", "off"});
+  s.add("train", "loss_scale", &j.train.loss_scale, "initial dynamic loss scale (T1)").positive();
   s.add("train", "loss_scale_interval", &j.train.loss_scale_interval, "fp16: clean steps before the scale doubles")
       .min(1);
   s.add("train", "deterministic", &j.train.deterministic, "deterministic algorithms only (M6)");

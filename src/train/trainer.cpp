@@ -211,6 +211,7 @@ void Trainer::Impl::prepare_run_dir() {
 
 void Trainer::Impl::build() {
   const uint64_t seed = static_cast<uint64_t>(job.run.seed);
+  device = compat::resolve_device(job.train.device);  // T2 binding from LOCAL_RANK comes with the dist layer
   const int threads = job.train.threads > 0 ? static_cast<int>(job.train.threads) : available_cores();
   compat::set_num_threads(threads);
   const bool tuned = tune_host_allocator();
@@ -260,6 +261,7 @@ void Trainer::Impl::build() {
   model->module().to(device);
   model->module().train();
   compat::seed_cpu_generator(derive_seed(seed, RngStream::kDropout));
+  compat::seed_device_generator(device, derive_seed(seed, RngStream::kDropout));
   log_info("model: {}, {} parameters", model->describe(), nn::parameter_count(*model));
   for (const auto& w : nn::lint_bias_before_norm(model->module())) log_warn("model lint (M7): {}", w);
 
@@ -291,7 +293,8 @@ void Trainer::Impl::build() {
     autocast = true;
   }
   GradScalerOptions so;
-  so.enabled = resolved_precision == "fp16";  // bf16 keeps fp32's exponent range: no scaling needed
+  // bf16 keeps fp32's exponent range: scaling is for fp16 (or when asked for).
+  so.enabled = job.train.loss_scaling == "on" || (job.train.loss_scaling == "auto" && resolved_precision == "fp16");
   so.init_scale = job.train.loss_scale;
   so.interval = job.train.loss_scale_interval;
   scaler = GradScaler(so);
@@ -510,7 +513,9 @@ void Trainer::Impl::choose_precision(const data::SamplePipeline& pipeline, const
       const auto t0 = Clock::now();
       {
         compat::AutocastGuard amp(device.type(), c10::ScalarType::BFloat16, c.precision == "bf16");
-        at::cross_entropy_loss(scratch->forward(x), y).backward();
+        at::Tensor loss = at::cross_entropy_loss(scratch->forward(x), y);
+        loss.backward();
+        (void)loss.item<float>();  // waits for the device, so the clock measures the work
       }
       for (auto& p : scratch->module().parameters()) p.mutable_grad().reset();
       if (rep >= 1) best = std::min(best, seconds_since(t0) * 1000.0);  // the first is warm-up

@@ -345,3 +345,51 @@ TEST(TrainCli, AccumulationGroupsAndLrScalingAreStated) {
 
 }  // namespace
 }  // namespace crucible
+
+namespace crucible {
+namespace {
+
+// T17: the batch found fits the budget and the next one up was tried and did not.
+TEST(TrainCli, TuneBatchFindsTheLargestThatFits) {
+  auto r = test::run_command({test::crucible_binary(), "tune", "batch", "--budget-mb", "120", "--max", "2048", "--json",
+                              "--set", "data.train_samples=4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out.substr(r.out.rfind('{')));
+  const int64_t b = j["batch"];
+  EXPECT_GT(b, 1);
+  EXPECT_LT(b, 2048);
+  EXPECT_LE(j["peak_bytes"].get<int64_t>(), int64_t{120} << 20);
+  expect_contains(r.out, "batch " + std::string(6 - std::min<size_t>(6, std::to_string(b + 1).size()), ' ') +
+                             std::to_string(b + 1) + ": out of memory");
+  EXPECT_EQ(test::run_command({test::crucible_binary(), "tune", "batch"}).exit_code, 2);  // CPU needs a budget
+}
+
+// T1: with loss scaling on, the scale and its growth counter survive a kill and resume.
+TEST(TrainCli, LossScaleSurvivesAResumeT1) {
+  test::TempDir d;
+  auto ref = test::run_command(
+      with(small_run(d, "plain"), {"--set", "train.loss_scaling=on", "--set", "train.loss_scale_interval=7"}));
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const json want = read_json(d / "plain/summary.json");
+  EXPECT_GT(want["loss_scale"].get<double>(), 65536.0);  // it grew every 7 clean steps
+  test::Child child(with(small_run(d, "killed"), {"--set", "train.loss_scaling=on", "--set", "train.loss_scale_interval=7"}),
+                    d.path());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto steps = checkpoint_steps(d / "killed");
+    if (!steps.empty() && steps.back() > kStepsPerEpoch && steps.back() < 2 * kStepsPerEpoch - 5) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  child.kill(SIGKILL);
+  child.wait();
+  auto resumed = test::run_command(with(small_run(d, "killed"), {"--set", "train.loss_scaling=on", "--set",
+                                                                 "train.loss_scale_interval=7"}));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const json got = read_json(d / "killed/summary.json");
+  EXPECT_FALSE(got["resumed_from_step"].is_null());
+  EXPECT_EQ(got["loss_scale"], want["loss_scale"]);
+  EXPECT_EQ(got["params_sha256"], want["params_sha256"]);
+}
+
+}  // namespace
+}  // namespace crucible

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -41,11 +42,18 @@ bool autocast_supported(c10::DeviceType device, c10::ScalarType dtype);
 void seed_cpu_generator(uint64_t seed);
 at::Tensor cpu_generator_state();
 void set_cpu_generator_state(const at::Tensor& state);
+// Seeds the default generator of a GPU device (dropout on that device); no-op on CPU.
+void seed_device_generator(c10::Device device, uint64_t seed);
 
 // Scalar types that only newer libtorch has: unsigned 16/32/64-bit integers (2.3+) and float8
 // e5m2 / e4m3fn (2.1+). nullopt where this libtorch lacks them.
 std::optional<c10::ScalarType> unsigned_scalar_type(int bits);
 std::optional<c10::ScalarType> float8_scalar_type(bool e4m3);
+
+// "auto" → the first CUDA device when this libtorch and machine have one, else CPU; "cpu",
+// "cuda", "cuda:N" as said (bad_input when CUDA is asked for and absent, naming what exists).
+c10::Device resolve_device(const std::string& name);
+int cuda_device_count();
 
 // Releases memory the device's caching allocator holds but no tensor uses (T13, T16); no-op
 // on CPU.
@@ -58,6 +66,23 @@ void set_matmul_precision(const std::string& precision);
 void set_cudnn_benchmark(bool on);
 // T14: kernels launch synchronously (CUDA_LAUNCH_BLOCKING=1), set before the device starts.
 void enable_sync_debug();
+
+// While alive, every CPU tensor allocation goes through a counter, and one that would take the
+// live total past `budget_bytes` fails as an out-of-memory error (T16, T17: `crucible tune
+// batch` on CPU). Not nestable; install from one thread, allocations may come from any.
+class CpuMemoryBudget {
+ public:
+  explicit CpuMemoryBudget(int64_t budget_bytes);
+  ~CpuMemoryBudget();
+  CpuMemoryBudget(const CpuMemoryBudget&) = delete;
+  CpuMemoryBudget& operator=(const CpuMemoryBudget&) = delete;
+  int64_t peak_bytes() const;
+  void reset_peak();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;  // shared: blocks allocated under the budget may outlive it
+};
 
 // Intra-op threads for torch kernels.
 void set_num_threads(int threads);

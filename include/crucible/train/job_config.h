@@ -50,6 +50,7 @@ struct DataSection {
 };
 
 struct TrainSection {
+  std::string device = "auto";  // "auto" (a GPU when there is one) | "cpu" | "cuda" | "cuda:N"
   int64_t epochs = 10;
   int64_t batch_size = 256;
   int64_t eval_batch_size = 1000;
@@ -61,7 +62,8 @@ struct TrainSection {
   int64_t accumulate = 1;      // M5: micro-batches per optimizer step (batch_size is split)
   double clip_norm = 0.0;      // clip the global gradient norm to this (0 = off), after unscaling
   int64_t max_bad_steps = 3;   // non-finite loss/gradients this many steps in a row → exit 3
-  double loss_scale = 65536.0;         // fp16 GradScaler: initial scale (T1)
+  std::string loss_scaling = "auto";   // T1: "auto" (on for fp16) | "on" | "off"
+  double loss_scale = 65536.0;         // GradScaler: initial scale (T1)
   int64_t loss_scale_interval = 2000;  // clean steps before the scale grows ×2
   bool deterministic = false;  // M6: deterministic algorithms only
   std::string matmul_precision = "high";  // T5: float32 matmul precision: "highest" | "high" | "medium"

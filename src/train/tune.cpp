@@ -1,0 +1,117 @@
+// tune_batch: doubling, then bisection, over one real training step per try.
+#include "crucible/train/tune.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <chrono>
+
+#include "crucible/core/compat.h"
+#include "crucible/core/error.h"
+#include "crucible/core/log.h"
+#include "crucible/core/rng.h"
+#include "crucible/data/device_input.h"
+#include "crucible/nn/model.h"
+#include "crucible/train/data_setup.h"
+#include "crucible/train/optimizer.h"
+
+namespace crucible::train {
+namespace {
+
+bool out_of_memory(const std::exception& e) {
+  const std::string w = e.what();
+  return dynamic_cast<const std::bad_alloc*>(&e) != nullptr || w.find("out of memory") != std::string::npos ||
+         w.find("can't allocate memory") != std::string::npos;
+}
+
+}  // namespace
+
+TuneResult tune_batch(const JobConfig& job, int64_t budget_bytes, int64_t max_batch) {
+  const c10::Device device(c10::kCPU);
+  DataSetup ds = make_data(job, derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kAugment));
+  const data::ImageSpec spec = ds.train->output_spec();
+  const data::NormalizeOptions norm{job.data.mean, job.data.std,
+                                    data::parse_value_range(job.data.mean_std_range, "data.mean_std_range"),
+                                    data::parse_color_order(job.data.mean_std_order, "data.mean_std_order")};
+  const std::string precision = job.train.precision == "auto" ? "bf16" : job.train.precision;
+  const bool amp = precision != "fp32";
+  const c10::ScalarType amp_dtype = precision == "fp16" ? c10::ScalarType::Half : c10::ScalarType::BFloat16;
+  data::DeviceInput input(spec, norm, device, job.train.channels_last);
+
+  TuneResult result;
+  auto attempt = [&](int64_t b) {
+    TuneTry t;
+    t.batch = b;
+    data::Batch batch;
+    batch.spec = spec;
+    batch.pixels = data::PixelBuffer::heap(static_cast<size_t>(b * spec.bytes()));
+    for (int64_t i = 0; i < b; ++i) {
+      batch.labels.push_back(ds.train->produce(i % ds.train->size(), 0, batch.pixels.data() + i * spec.bytes()));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      std::unique_ptr<compat::CpuMemoryBudget> budget;
+      if (budget_bytes > 0) budget = std::make_unique<compat::CpuMemoryBudget>(budget_bytes);
+      try {
+        auto model = nn::make_model(job.model, spec.channels, spec.height, spec.width, ds.num_classes);
+        if (job.train.channels_last) {
+          for (auto& p : model->module().parameters()) {
+            if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+          }
+        }
+        ParamGroup g;
+        for (const auto& p : model->module().named_parameters(true)) g.params.push_back({p.key(), p.value()});
+        auto opt = make_optimizer(job.optim, {g});
+        const at::Tensor x = input.images(batch), y = input.labels(batch);
+        {
+          compat::AutocastGuard guard(device.type(), amp_dtype, amp);
+          at::cross_entropy_loss(model->forward(x), y).backward();
+        }
+        opt->step(job.optim.lr, job.optim.beta1);
+        t.fits = true;
+      } catch (const std::exception& e) {
+        if (!out_of_memory(e)) throw;
+      }
+      if (budget) t.peak_bytes = budget->peak_bytes();
+    }
+    compat::release_cached_memory(device);
+    t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    log_info("batch {:>6}: {}{}", b, t.fits ? "fits" : "out of memory",
+             budget_bytes > 0 && t.fits ? fmt::format(" (peak {:.1f} MiB of {:.1f})", t.peak_bytes / 1048576.0,
+                                                      budget_bytes / 1048576.0)
+                                        : "");
+    result.tries.push_back(t);
+    return t;
+  };
+
+  int64_t lo = 0, hi = 0;
+  for (int64_t b = 1;; b *= 2) {
+    const int64_t cand = std::min(b, max_batch);
+    const TuneTry t = attempt(cand);
+    if (!t.fits) {
+      hi = cand;
+      break;
+    }
+    lo = cand;
+    result.peak_bytes = t.peak_bytes;
+    if (cand == max_batch) break;
+  }
+  if (lo == 0) {
+    throw bad_input("not even a batch of 1 fits in {:.1f} MiB (raise --budget-mb or use a smaller model)",
+                    budget_bytes / 1048576.0);
+  }
+  while (hi > 0 && hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    const TuneTry t = attempt(mid);
+    if (t.fits) {
+      lo = mid;
+      result.peak_bytes = t.peak_bytes;
+    } else {
+      hi = mid;
+    }
+  }
+  result.batch = lo;
+  return result;
+}
+
+}  // namespace crucible::train
