@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "crucible/core/error.h"
+#include "crucible/core/log.h"
 
 namespace crucible::train {
 namespace {
@@ -31,9 +32,31 @@ void copy_state(const std::vector<NamedTensor>& state, const std::string& name, 
   dst.copy_(*src);
 }
 
+// T3: eps is added to sqrt(v) in the parameter's own precision when parameters are half or
+// bfloat16; below that type's smallest normal number it rounds away and the update blows up.
+double guarded_eps(double eps, const std::vector<ParamGroup>& groups) {
+  double floor = 0;
+  const char* type = "";
+  for (const auto& g : groups) {
+    for (const auto& p : g.params) {
+      if (p.tensor.scalar_type() == at::kHalf && floor < 6.103515625e-05) {
+        floor = 6.103515625e-05;  // smallest normal float16
+        type = "float16";
+      } else if (p.tensor.scalar_type() == at::kBFloat16 && floor < 1.1754943508222875e-38) {
+        floor = 1.1754943508222875e-38;
+        type = "bfloat16";
+      }
+    }
+  }
+  if (eps >= floor) return eps;
+  log_warn("optim.eps = {} is below the smallest normal {} ({}) of the {} parameters; using {} (T3)", eps, type, floor,
+           type, floor);
+  return floor;
+}
+
 class AdamW final : public Optimizer {
  public:
-  AdamW(const OptimOptions& o, std::vector<ParamGroup> groups) : beta2_(o.beta2), eps_(o.eps) {
+  AdamW(const OptimOptions& o, std::vector<ParamGroup> groups) : beta2_(o.beta2), eps_(guarded_eps(o.eps, groups)) {
     groups_ = std::move(groups);
     for (const auto& g : groups_) {
       for (const auto& p : g.params) {
@@ -97,6 +120,7 @@ class AdamW final : public Optimizer {
     }
   }
 
+  double eps() const { return eps_; }
   std::string describe() const override {
     return fmt::format("AdamW(beta2 {}, eps {}, weight decay {})", beta2_, eps_,
                        groups_.empty() ? 0.0 : groups_[0].weight_decay);

@@ -90,3 +90,25 @@ TEST(Optimizer, StateRoundTrips) {
 
 }  // namespace
 }  // namespace crucible::train
+
+namespace crucible::train {
+namespace {
+
+// T3: with float16 parameters an eps of 1e-8 would vanish; it is raised and said so. fp32
+// parameters (autocast keeps them fp32) keep it.
+TEST(Optimizer, EpsGuardForHalfParametersT3) {
+  at::Tensor p = at::ones({4}, at::kHalf).set_requires_grad(true);
+  ParamGroup g;
+  g.params.push_back({"w", p});
+  ::testing::internal::CaptureStderr();
+  auto opt = make_optimizer(OptimOptions{}, {g});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("(T3)"), std::string::npos) << err;
+  EXPECT_NE(opt->describe().find("eps 6.1035"), std::string::npos) << opt->describe();
+  ParamGroup f;
+  f.params.push_back({"w", at::ones({4}).set_requires_grad(true)});
+  EXPECT_NE(make_optimizer(OptimOptions{}, {f})->describe().find("eps 1e-08"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace crucible::train
