@@ -233,6 +233,19 @@ Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& or
   return b;
 }
 
+Batch sample_batch(const SamplePipeline& pipeline, int64_t n) {
+  Batch b;
+  b.spec = pipeline.output_spec();
+  const int64_t bytes = b.spec.bytes();
+  b.pixels = PixelBuffer::heap(static_cast<size_t>(n * bytes));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = i % pipeline.size();
+    b.labels.push_back(pipeline.produce(id, 0, b.pixels.data() + i * bytes));
+    b.sample_ids.push_back(id);
+  }
+  return b;
+}
+
 int choose_loader_threads(const SamplePipeline& pipeline, int max_threads, std::string* report) {
   max_threads = std::max(1, max_threads);
   if (max_threads == 1 || pipeline.size() == 0) return 1;

@@ -108,6 +108,12 @@ std::unique_ptr<Model> make_model(const ModelOptions& options, int64_t in_channe
   throw bad_input("model.name: unknown model \"{}\" (known: fmnist_cnn)", options.name);
 }
 
+void to_channels_last(Model& model) {
+  for (auto& p : model.module().parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+  }
+}
+
 int64_t parameter_count(Model& model) {
   int64_t n = 0;
   for (const auto& p : model.module().parameters()) n += p.numel();

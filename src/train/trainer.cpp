@@ -275,11 +275,7 @@ void Trainer::Impl::build() {
     resolved_precision = job.train.precision;
     resolved_channels_last = job.train.channels_last;
   }
-  if (resolved_channels_last) {
-    for (auto& p : model->module().parameters()) {
-      if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
-    }
-  }
+  if (resolved_channels_last) nn::to_channels_last(*model);
   input = std::make_unique<data::DeviceInput>(spec, norm, device, resolved_channels_last);
   log_info("input: {}; loader: {}, prefetch {}, bad samples: {}", input->describe(),
            chosen.empty() ? fmt::format("{} thread(s)", loader_threads) : chosen, job.data.prefetch,
@@ -478,13 +474,8 @@ void Trainer::Impl::evaluate(obs::JsonlWriter& metrics) {
 void Trainer::Impl::choose_precision(const data::SamplePipeline& pipeline, const data::ImageSpec& spec,
                                      int64_t classes) {
   const at::Tensor rng_state = compat::cpu_generator_state();
-  data::Batch batch;
-  batch.spec = spec;
   const int64_t n = std::min<int64_t>(job.train.batch_size, pipeline.size());
-  batch.pixels = data::PixelBuffer::heap(static_cast<size_t>(n * spec.bytes()));
-  for (int64_t i = 0; i < n; ++i) {
-    batch.labels.push_back(pipeline.produce(i, 0, batch.pixels.data() + i * spec.bytes()));
-  }
+  const data::Batch batch = data::sample_batch(pipeline, n);
   struct Candidate {
     std::string precision;
     bool channels_last;
@@ -501,11 +492,7 @@ void Trainer::Impl::choose_precision(const data::SamplePipeline& pipeline, const
   for (auto& c : candidates) {
     auto scratch = nn::make_model(job.model, spec.channels, spec.height, spec.width, classes);
     scratch->module().to(device);
-    if (c.channels_last) {
-      for (auto& p : scratch->module().parameters()) {
-        if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
-      }
-    }
+    if (c.channels_last) nn::to_channels_last(*scratch);
     data::DeviceInput in(spec, norm, device, c.channels_last);
     const at::Tensor x = in.images(batch), y = in.labels(batch);
     double best = 1e30;

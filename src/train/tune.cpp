@@ -42,23 +42,14 @@ TuneResult tune_batch(const JobConfig& job, int64_t budget_bytes, int64_t max_ba
   auto attempt = [&](int64_t b) {
     TuneTry t;
     t.batch = b;
-    data::Batch batch;
-    batch.spec = spec;
-    batch.pixels = data::PixelBuffer::heap(static_cast<size_t>(b * spec.bytes()));
-    for (int64_t i = 0; i < b; ++i) {
-      batch.labels.push_back(ds.train->produce(i % ds.train->size(), 0, batch.pixels.data() + i * spec.bytes()));
-    }
+    const data::Batch batch = data::sample_batch(*ds.train, b);
     const auto t0 = std::chrono::steady_clock::now();
     {
       std::unique_ptr<compat::CpuMemoryBudget> budget;
       if (budget_bytes > 0) budget = std::make_unique<compat::CpuMemoryBudget>(budget_bytes);
       try {
         auto model = nn::make_model(job.model, spec.channels, spec.height, spec.width, ds.num_classes);
-        if (job.train.channels_last) {
-          for (auto& p : model->module().parameters()) {
-            if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
-          }
-        }
+        if (job.train.channels_last) nn::to_channels_last(*model);
         ParamGroup g;
         for (const auto& p : model->module().named_parameters(true)) g.params.push_back({p.key(), p.value()});
         auto opt = make_optimizer(job.optim, {g});

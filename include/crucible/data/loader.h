@@ -131,6 +131,10 @@ class Loader {
   std::unique_ptr<ThreadPool> pool_;                   // last: destroyed first
 };
 
+// The first `n` samples of a pipeline (cycling when it has fewer) as one NHWC batch of epoch 0,
+// on the calling thread: for measuring a step (precision auto, tune batch), not for training.
+Batch sample_batch(const SamplePipeline& pipeline, int64_t n);
+
 // D10: the smallest thread count (≤ max_threads) whose measured throughput on a short burst
 // of samples is within 10% of the best; `report` gets the measurements.
 int choose_loader_threads(const SamplePipeline& pipeline, int max_threads, std::string* report = nullptr);

@@ -41,6 +41,9 @@ class Model {
 std::unique_ptr<Model> make_model(const ModelOptions& options, int64_t in_channels, int64_t height, int64_t width,
                                   int64_t num_classes);
 
+// Stores the 4-D (convolution) weights in channels_last (NHWC) memory format.
+void to_channels_last(Model& model);
+
 // Number of trainable parameters.
 int64_t parameter_count(Model& model);
 
