@@ -16,8 +16,10 @@
 #include "crucible/obs/progress.h"
 #include "crucible/train/job_config.h"
 #include "crucible/train/trainer.h"
+#include <nlohmann/json.hpp>
 #include "crucible/train/tune.h"
 #include "data_commands.h"
+#include "dist_commands.h"
 #include "io_commands.h"
 
 namespace crucible {
@@ -79,6 +81,21 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
   return 0;
 }
 
+int run_eval(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& checkpoint,
+             bool json) {
+  const train::JobConfig job = load_job(config_path, overrides);
+  train::Trainer trainer(job);
+  const train::TrainSummary s = trainer.evaluate_checkpoint(checkpoint);
+  log_info("eval: test accuracy {:.2f}%, loss {:.6f}, model of step {} from {}", 100 * s.test_acc, s.test_loss,
+           s.steps, s.run_dir);
+  if (json && log_rank() == 0) {
+    const nlohmann::json j = {{"test_acc", s.test_acc}, {"test_loss", s.test_loss}, {"step", s.steps},
+                              {"checkpoint", s.run_dir}, {"params_sha256", s.params_sha256}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,6 +129,18 @@ int main(int argc, char** argv) {
                       schema.help_text());
   }
 
+  std::string eval_config, eval_checkpoint;
+  std::vector<std::string> eval_overrides;
+  bool eval_json = false;
+  CLI::App* eval_cmd = app.add_subcommand(
+      "eval", "evaluate a checkpoint on the test set (under crucible launch: sharded, gathered, exact)");
+  eval_cmd->add_option("config", eval_config, "TOML config file (default: the built-in job)")->check(CLI::ExistingFile);
+  eval_cmd->add_option("--set", eval_overrides, "override one key: --set section.key=value (repeatable)")
+      ->type_name("KEY=VALUE");
+  eval_cmd->add_option("--checkpoint", eval_checkpoint,
+                       "checkpoint file (default: the newest that verifies in <run.dir>/<run.name>/checkpoints)");
+  eval_cmd->add_flag("--json", eval_json, "print one JSON object as the last line (rank 0)");
+
   cli::IoArgs io_args;
   CLI::App* inspect_cmd = cli::add_inspect(app, io_args);
   CLI::App* convert_cmd = cli::add_convert(app, io_args);
@@ -140,6 +169,10 @@ int main(int argc, char** argv) {
   tune_batch_cmd->add_flag("--json", tune_json, "print one JSON object as the last line");
   cli::PackArgs pack_args;
   CLI::App* pack_cmd = cli::add_pack(app, pack_args);
+  dist::LaunchOptions launch_options;
+  CLI::App* launch_cmd = cli::add_launch(app, launch_options);
+  cli::SamplerArgs sampler_args;
+  CLI::App* sampler_cmd = cli::add_sampler(app, sampler_args);
 
   try {
     app.parse(argc, argv);
@@ -150,11 +183,14 @@ int main(int argc, char** argv) {
 
   try {
     if (train_cmd->parsed()) return run_train(config_path, overrides, resume, restart);
+    if (eval_cmd->parsed()) return run_eval(eval_config, eval_overrides, eval_checkpoint, eval_json);
     if (inspect_cmd->parsed()) return cli::run_inspect(io_args);
     if (convert_cmd->parsed()) return cli::run_convert(io_args);
     if (bench_loader_cmd->parsed()) return cli::run_bench_loader(bench_loader_args);
     if (pack_cmd->parsed()) return cli::run_pack(pack_args);
     if (bench_decode_cmd->parsed()) return cli::run_bench_decode(bench_decode_args);
+    if (launch_cmd->parsed()) return cli::run_launch(launch_options);
+    if (sampler_cmd->parsed()) return cli::run_sampler(sampler_args);
     if (tune_batch_cmd->parsed()) {
       if (tune_budget_mb <= 0) throw bad_input("tune batch: give --budget-mb (on CPU the budget cannot be read from a device)");
       return run_tune_batch(tune_config, tune_overrides, tune_budget_mb, tune_max, tune_json);

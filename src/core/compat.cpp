@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include <c10/core/Allocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 
 #if defined(CRUCIBLE_WITH_CUDA)
@@ -146,6 +147,11 @@ std::optional<c10::ScalarType> float8_scalar_type(bool e4m3) {
   (void)e4m3;
   return std::nullopt;
 #endif
+}
+
+void bind_device(c10::Device device) {
+  if (device.is_cpu()) return;
+  c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
 }
 
 int cuda_device_count() { return at::globalContext().hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().getNumGPUs()) : 0; }

@@ -120,7 +120,8 @@ Loader::~Loader() {
 }
 
 int64_t Loader::batches_per_epoch() const {
-  const int64_t n = pipeline_->size(), b = options_.batch_size;
+  // This rank's share of an epoch (X1: a sharded sampler visits num_samples, not size()).
+  const int64_t n = sampler_.num_samples(), b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 

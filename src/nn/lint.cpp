@@ -1,6 +1,8 @@
 // lint_bias_before_norm: siblings in registration order, recursively.
 #include "crucible/nn/lint.h"
 
+#include "crucible/nn/batch_norm.h"
+
 #include <torch/nn/module.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
@@ -25,6 +27,7 @@ std::string biased_kind(tnn::Module& m) {
 std::string norm_kind(tnn::Module& m) {
   if (dynamic_cast<tnn::BatchNorm1dImpl*>(&m) != nullptr) return "BatchNorm1d";
   if (dynamic_cast<tnn::BatchNorm2dImpl*>(&m) != nullptr) return "BatchNorm2d";
+  if (dynamic_cast<BatchNorm2dImpl*>(&m) != nullptr) return "BatchNorm2d";
   if (dynamic_cast<tnn::BatchNorm3dImpl*>(&m) != nullptr) return "BatchNorm3d";
   return "";
 }

@@ -11,6 +11,7 @@
 #include <torch/nn/functional/pooling.h>
 
 #include "crucible/core/error.h"
+#include "crucible/nn/batch_norm.h"
 
 namespace crucible::nn {
 namespace {
@@ -58,13 +59,13 @@ struct FmnistCnnImpl : tnn::Module {
   }
 
   tnn::Conv2d conv1;
-  tnn::BatchNorm2d bn1;
+  nn::BatchNorm2d bn1;
   tnn::Conv2d conv2;
-  tnn::BatchNorm2d bn2;
+  nn::BatchNorm2d bn2;
   tnn::Conv2d conv3;
-  tnn::BatchNorm2d bn3;
+  nn::BatchNorm2d bn3;
   tnn::Conv2d conv4;
-  tnn::BatchNorm2d bn4;
+  nn::BatchNorm2d bn4;
   tnn::Linear fc1;
   tnn::Dropout drop;
   tnn::Linear fc2;

@@ -98,12 +98,21 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
   s.add("log", "every_steps", &j.log.every_steps, "read metrics and log every N steps").min(1);
   s.add("log", "progress", &j.log.progress, "progress display (auto = bar on a terminal, lines otherwise)")
       .choices({"auto", "bar", "lines", "none"});
+
+  s.add("dist", "backend", &j.dist.backend, "collective backend: auto (nccl on CUDA, gloo on CPU), gloo, nccl")
+      .choices({"auto", "gloo", "nccl"});
+  s.add("dist", "timeout_s", &j.dist.timeout_s, "seconds a collective may wait for the other ranks").min(1);
+  s.add("dist", "bucket_mb", &j.dist.bucket_mb, "gradient all-reduce bucket size in MiB").min(0.001);
+  s.add("dist", "bn", &j.dist.bn,
+        "BatchNorm statistics under data parallel (M2): broadcast (rank 0's), average, sync (SyncBatchNorm, M3)")
+      .choices({"broadcast", "average", "sync"});
 }
 
 bool key_is_cosmetic(const std::string& k) {
   return k.rfind("log.", 0) == 0 || k == "checkpoint.every_steps" || k == "checkpoint.keep" || k == "data.threads" ||
          k == "data.prefetch" || k == "data.cache" || k == "data.cache_mb" || k == "train.eval_batch_size" || k == "train.max_steps" ||
-         k == "train.sync_debug" || k == "train.release_cache";
+         k == "train.sync_debug" || k == "train.release_cache" || k == "dist.timeout_s" || k == "dist.bucket_mb" ||
+         k == "dist.backend";
 }
 
 }  // namespace crucible::train

@@ -24,9 +24,13 @@
 #include "crucible/data/loader.h"
 #include "crucible/data/sampler.h"
 #include "crucible/data/source.h"
+#include "crucible/dist/comm.h"
+#include "crucible/dist/grad_sync.h"
+#include "crucible/dist/world.h"
 #include "crucible/io/tensor.h"
 #include "crucible/nn/mode_guard.h"
 #include "crucible/nn/lint.h"
+#include "crucible/nn/batch_norm.h"
 #include "crucible/nn/model.h"
 #include "crucible/obs/jsonl.h"
 #include "crucible/obs/progress.h"
@@ -141,6 +145,13 @@ struct Trainer::Impl {
   bool resolved_channels_last = false;
   std::string stored_precision;     // the choice a resumed run made ("" = none)
   bool stored_channels_last = false;
+  // Data parallel (law 7): one process per device; null comm = a single process.
+  dist::World world;
+  std::unique_ptr<dist::Comm> comm;
+  std::unique_ptr<dist::GradSync> grad_sync;
+  bool stop_agreed = false;  // every rank stops at the same step (SIGINT on any rank)
+  nn::LocalCollective local_collective;  // dist.bn = sync in a single process
+  bool main_rank() const { return world.rank == 0; }
 
   Impl(JobConfig j, TrainFlags f) : job(std::move(j)), flags(f) {}
 
@@ -151,22 +162,32 @@ struct Trainer::Impl {
   }
 
   void prepare_run_dir();
+  void join_world();
+  void sync_bn_buffers();
+  void verify_replicas();
   void build();
   void restore(const CheckpointData& ckpt, const std::string& path);
   CheckpointData snapshot();
   void save_checkpoint();
-  void evaluate(obs::JsonlWriter& metrics);
+  void evaluate(obs::JsonlWriter* metrics);  // null: nothing written (ranks other than 0)
   void train_step(const data::Batch& batch, const Schedule::Point& sp);
   void choose_precision(const data::SamplePipeline& pipeline, const data::ImageSpec& spec, int64_t classes);
   void forward_backward(const data::Batch& batch, int64_t parts, double scale);
-  void read_interval(obs::JsonlWriter& metrics, obs::Progress& progress, double lr, double momentum);
+  void read_interval(obs::JsonlWriter* metrics, obs::Progress& progress, double lr, double momentum);
   TrainSummary summarize(bool already_complete);
   TrainSummary run();
+  TrainSummary evaluate_checkpoint(std::string path);
+  void load_model(const CheckpointData& ckpt, const std::string& path);
+  void take_stored_precision(const CheckpointData& ckpt);
 };
 
 void Trainer::Impl::prepare_run_dir() {
   run_dir = (fs::path(job.run.dir) / job.run.name).string();
   const std::string ckpt_dir = (fs::path(run_dir) / "checkpoints").string();
+  if (!main_rank()) {  // rank 0 owns the run folder (law 4); the others read its checkpoints
+    checkpoints = std::make_unique<CheckpointManager>(ckpt_dir, job.checkpoint.keep);
+    return;
+  }
   const bool existed = fs::exists(run_dir);
   if (flags.resume && !existed) {
     throw bad_input("--resume: run folder {} does not exist (nothing to resume; drop --resume to start)", run_dir);
@@ -209,10 +230,61 @@ void Trainer::Impl::prepare_run_dir() {
   set_log_file((fs::path(run_dir) / "train.log").string());
 }
 
+// Joins the data-parallel job this process was started in (crucible launch, torchrun, SLURM
+// through their variables), if any: device from LOCAL_RANK before any collective (T2), then
+// the rendezvous and the process group.
+void Trainer::Impl::join_world() {
+  world = dist::world_from_env();
+  set_log_rank(world.rank);
+  device = compat::resolve_device(job.train.device);
+  if (!world.distributed()) return;
+  if (device.is_cuda()) {
+    dist::check_devices(world, compat::cuda_device_count());
+    device = c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(world.local_rank));
+    compat::bind_device(device);
+  }
+  dist::CommOptions co;
+  co.backend = job.dist.backend;
+  co.timeout_s = job.dist.timeout_s;
+  const auto t0 = Clock::now();
+  comm = dist::Comm::connect(world, device, co);
+  log_info("data parallel: {} processes, {} backend, device {} per process from LOCAL_RANK, timeout {:.0f} s; "
+           "joined in {:.1f} s",
+           world.size, comm->backend(), device.str(), job.dist.timeout_s, seconds_since(t0));
+}
+
+// M2: running statistics equal on every rank before anything reads them.
+void Trainer::Impl::sync_bn_buffers() {
+  if (comm && job.dist.bn != "sync") dist::sync_buffers(*comm, model->module(), job.dist.bn);
+}
+
+// The replicas must hold the same weights; a cheap fingerprint per rank is compared at every
+// checkpoint so a divergence is caught where it starts, not in a worse model.
+void Trainer::Impl::verify_replicas() {
+  if (!comm) return;
+  at::NoGradGuard no_grad;
+  at::Tensor fp = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device));
+  for (const auto& p : params) {
+    const at::Tensor d = p.detach().to(at::kDouble);
+    fp[0] += d.sum();
+    fp[1] += d.abs().sum();
+  }
+  const at::Tensor all = comm->all_gather(fp).to(at::kCPU);
+  for (int r = 1; r < world.size; ++r) {
+    if (!at::equal(all[r], all[0])) {
+      throw runtime_error("step {}: rank {} holds different weights from rank 0 (fingerprints {:.17g}/{:.17g} vs "
+                          "{:.17g}/{:.17g}); the replicas diverged",
+                          st.step, r, all[r][0].item<double>(), all[r][1].item<double>(), all[0][0].item<double>(),
+                          all[0][1].item<double>());
+    }
+  }
+}
+
 void Trainer::Impl::build() {
   const uint64_t seed = static_cast<uint64_t>(job.run.seed);
-  device = compat::resolve_device(job.train.device);  // T2 binding from LOCAL_RANK comes with the dist layer
-  const int threads = job.train.threads > 0 ? static_cast<int>(job.train.threads) : available_cores();
+  // Compute threads: this machine's cores shared by its processes.
+  const int threads = job.train.threads > 0 ? static_cast<int>(job.train.threads)
+                                            : std::max(1, available_cores() / std::max(1, world.local_size));
   compat::set_num_threads(threads);
   const bool tuned = tune_host_allocator();
   log_info("crucible {} on libtorch {}: {} compute thread(s), device {}{}", CRUCIBLE_VERSION, compat::torch_version(),
@@ -236,16 +308,21 @@ void Trainer::Impl::build() {
   std::string chosen;
   if (loader_threads == 0) {
     // D10: in-RAM arrays need little; decoded images get the count measured fastest.
+    const int cores = std::max(1, available_cores() / std::max(1, world.local_size));
     loader_threads = job.data.dataset == "idx" ? std::max(1, threads / 2)
-                                               : data::choose_loader_threads(*ds.train, available_cores(), &chosen);
+                                               : data::choose_loader_threads(*ds.train, cores, &chosen);
   }
   data::LoaderOptions train_options = loader_options(job, job.train.batch_size, loader_threads);
   data::LoaderOptions test_options = loader_options(job, job.train.eval_batch_size, loader_threads);
   train_options.allocate = test_options.allocate = data::DeviceInput::batch_allocator(device);  // D9
+  // X1: each rank's shard is DistributedSampler's for (seed, epoch, world, rank); evaluation
+  // shards sequentially with padding, and the padding is dropped after the gather (X2).
+  const data::Sampler::Shard shard{world.size, world.rank, /*drop_last=*/false};
   train_loader = std::make_unique<data::Loader>(
-      ds.train, data::Sampler(ds.train->size(), /*shuffle=*/true, derive_seed(seed, RngStream::kSampler)),
+      ds.train, data::Sampler(ds.train->size(), /*shuffle=*/true, derive_seed(seed, RngStream::kSampler), shard),
       train_options);
-  test_loader = std::make_unique<data::Loader>(ds.test, data::Sampler(ds.test->size(), false, 0), test_options);
+  test_loader =
+      std::make_unique<data::Loader>(ds.test, data::Sampler(ds.test->size(), false, 0, shard), test_options);
   steps_per_epoch = train_loader->batches_per_epoch();
   total_steps = steps_per_epoch * job.train.epochs;
 
@@ -270,7 +347,14 @@ void Trainer::Impl::build() {
     resolved_precision = stored_precision;
     resolved_channels_last = stored_channels_last;
   } else if (job.train.precision == "auto") {
-    choose_precision(*ds.train, spec, classes);
+    // Timed on rank 0 alone; every rank takes its choice (replicas must compute alike).
+    if (main_rank()) choose_precision(*ds.train, spec, classes);
+    if (comm) {
+      const std::string pick = comm->broadcast_string(
+          "precision", resolved_precision + (resolved_channels_last ? "+cl" : ""), 0);
+      resolved_channels_last = pick.size() > 3 && pick.compare(pick.size() - 3, 3, "+cl") == 0;
+      resolved_precision = resolved_channels_last ? pick.substr(0, pick.size() - 3) : pick;
+    }
   } else {
     resolved_precision = job.train.precision;
     resolved_channels_last = job.train.channels_last;
@@ -324,17 +408,38 @@ void Trainer::Impl::build() {
   log_info("parameter groups (T4): {} tensors with weight decay {}, {} biases/norm weights with {}", decay.params.size(),
            decay.weight_decay, no_decay.params.size(), no_decay.weight_decay);
   optimizer = make_optimizer(job.optim, {decay, no_decay});
-  const int64_t global_batch = job.train.batch_size;
+  if (!comm && job.dist.bn == "sync") {
+    // One process computes what N processes compute: the same SyncBatchNorm numerics (statistics
+    // combined in double), so a run can be compared across world sizes. torch's CPU kernel
+    // accumulates channels_last statistics in float (relative error ~4e-4 measured at batch 256).
+    const int n = nn::convert_sync_batchnorm(model->module(), &local_collective);
+    log_info("dist.bn = sync in one process: {} BatchNorm layer(s) use the SyncBatchNorm computation", n);
+  }
+  if (comm) {
+    // M3: SyncBatchNorm before gradient sync is set up; then DDP's reducer (M5, T11).
+    if (job.dist.bn == "sync") {
+      const int n = nn::convert_sync_batchnorm(model->module(), comm.get());
+      log_info("dist.bn = sync: {} BatchNorm layer(s) take statistics over all {} ranks (M3)", n, world.size);
+    } else {
+      log_info("dist.bn = {}: BatchNorm statistics per rank, made equal ({}) before evaluation and checkpoints (M2)",
+               job.dist.bn, job.dist.bn == "broadcast" ? "rank 0's" : "averaged");
+    }
+    grad_sync = std::make_unique<dist::GradSync>(*comm, params, job.dist.bucket_mb);
+    log_info("gradient sync: {}, all-reduced during backward", grad_sync->describe());
+  }
+  const int64_t global_batch = job.train.batch_size * world.size;
   const double lr = job.optim.lr_per_256 > 0 ? job.optim.lr_per_256 * static_cast<double>(global_batch) / 256.0
                                              : job.optim.lr;
   if (job.optim.lr_per_256 > 0) {
-    log_info("lr = {} per 256 samples × global batch {} / 256 = {} (T7)", job.optim.lr_per_256, global_batch, lr);
+    log_info("lr = {} per 256 samples × global batch {}{} / 256 = {} (T7)", job.optim.lr_per_256, global_batch,
+             comm ? fmt::format(" ({} ranks × {})", world.size, job.train.batch_size) : "", lr);
   }
   const double momentum = job.optim.name == "adamw" ? job.optim.beta1 : job.optim.momentum;
   schedule = std::make_unique<Schedule>(job.schedule, lr, momentum, total_steps);
   log_info("optimizer: {}; schedule: {}", optimizer->describe(), schedule->describe());
-  log_info("training: {} epochs × {} steps of batch {}{} = {} steps; checkpoint every {} steps, keep {}",
+  log_info("training: {} epochs × {} steps of batch {}{}{} = {} steps; checkpoint every {} steps, keep {}",
            job.train.epochs, steps_per_epoch, job.train.batch_size,
+           comm ? fmt::format(" per rank × {} ranks = {}", world.size, global_batch) : std::string(),
            job.train.accumulate > 1 ? fmt::format(" ({} micro-batches)", job.train.accumulate) : "", total_steps,
            job.checkpoint.every_steps, job.checkpoint.keep);
 
@@ -375,6 +480,65 @@ CheckpointData Trainer::Impl::snapshot() {
   m["crucible_version"] = CRUCIBLE_VERSION;
   m["torch_version"] = compat::torch_version();
   return d;
+}
+
+void Trainer::Impl::load_model(const CheckpointData& ckpt, const std::string& path) {
+  at::NoGradGuard no_grad;
+  for (const auto& item : {model->module().named_parameters(true), model->module().named_buffers(true)}) {
+    for (const auto& p : item) {
+      const std::string name = "model." + p.key();
+      const at::Tensor* src = ckpt.find(name);
+      if (src == nullptr) throw bad_input("{}: checkpoint lacks tensor '{}'", path, name);
+      if (src->sizes() != p.value().sizes()) {
+        throw bad_input("{}: tensor '{}' has shape [{}], the model needs [{}]", path, name,
+                        fmt::join(src->sizes(), ", "), fmt::join(p.value().sizes(), ", "));
+      }
+      at::Tensor d = p.value();
+      d.copy_(*src);
+    }
+  }
+}
+
+// A resumed or evaluated run keeps the precision and memory format it chose (auto may time
+// differently now).
+void Trainer::Impl::take_stored_precision(const CheckpointData& ckpt) {
+  auto p = ckpt.meta.find("precision");
+  auto f = ckpt.meta.find("memory_format");
+  if (p != ckpt.meta.end() && f != ckpt.meta.end()) {
+    stored_precision = p->second;
+    stored_channels_last = f->second == "channels_last";
+  }
+}
+
+TrainSummary Trainer::Impl::evaluate_checkpoint(std::string path) {
+  join_world();
+  run_dir = (fs::path(job.run.dir) / job.run.name).string();
+  const std::string ckpt_dir = (fs::path(run_dir) / "checkpoints").string();
+  if (main_rank() && path.empty()) {
+    if (!fs::is_directory(ckpt_dir)) {
+      throw bad_input("eval: {} does not exist (no run named {} in {}); give --checkpoint FILE or the run's "
+                      "run.dir/run.name",
+                      ckpt_dir, job.run.name, job.run.dir);
+    }
+    if (!CheckpointManager(ckpt_dir, 1).load_latest(&path)) {
+      throw bad_input("eval: {} holds no checkpoint that verifies", ckpt_dir);
+    }
+  }
+  if (comm) path = comm->broadcast_string("eval", path, 0);
+  const CheckpointData ckpt = read_checkpoint(path);
+  take_stored_precision(ckpt);
+  build();
+  load_model(ckpt, path);
+  st.step = ckpt.meta_int("step", path);
+  evaluate(nullptr);
+  TrainSummary s;
+  s.run_dir = path;
+  s.test_acc = st.last_test_acc;
+  s.test_loss = st.last_test_loss;
+  s.steps = st.step;
+  s.params_sha256 = params_sha256(model->module());
+  s.wall_seconds = seconds_since(wall_start);
+  return s;
 }
 
 void Trainer::Impl::restore(const CheckpointData& ckpt, const std::string& path) {
@@ -426,17 +590,22 @@ void Trainer::Impl::restore(const CheckpointData& ckpt, const std::string& path)
 
 void Trainer::Impl::save_checkpoint() {
   const auto t0 = Clock::now();
+  sync_bn_buffers();
+  verify_replicas();
+  if (!main_rank()) return;  // law 4: rank 0 writes; the replicas are equal
   const std::string path = checkpoints->save(st.step, snapshot());
   const double secs = seconds_since(t0);
   st.train_seconds += secs;  // part of training time, though written before it is counted
   log_info("checkpoint step {} → {} ({:.2f} s)", st.step, path, secs);
 }
 
-void Trainer::Impl::evaluate(obs::JsonlWriter& metrics) {
+void Trainer::Impl::evaluate(obs::JsonlWriter* metrics) {
   const auto t0 = Clock::now();
-  at::Tensor eval_loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
-  at::Tensor eval_correct = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device));
-  int64_t n = 0;
+  sync_bn_buffers();  // M2: every rank evaluates with the same statistics
+  // X2/X5: per-sample results (sample id, loss, correct) kept on the device, gathered from
+  // every rank, the sampler's padding dropped (first occurrence of each id kept), and the
+  // metrics computed once over the whole test set in id order, as a single process would.
+  std::vector<at::Tensor> ids, losses, hits;
   {
     nn::EvalGuard guard(model->module());  // M1: eval mode + no grad, restored after
     compat::AutocastGuard amp(device.type(), amp_dtype, autocast);
@@ -445,18 +614,36 @@ void Trainer::Impl::evaluate(obs::JsonlWriter& metrics) {
       at::Tensor x = input->images(*batch);
       at::Tensor y = input->labels(*batch);
       at::Tensor logits = model->forward(x);
-      at::Tensor loss = at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum);
-      eval_loss.add_(loss.to(at::kDouble));
-      eval_correct.add_(logits.argmax(1).eq(y).sum());
-      n += batch->size();
+      losses.push_back(at::cross_entropy_loss(logits, y, {}, at::Reduction::None).to(at::kDouble));
+      hits.push_back(logits.argmax(1).eq(y).to(at::kDouble));
+      ids.push_back(at::tensor(batch->sample_ids, at::kLong).to(device).to(at::kDouble));
     }
   }
-  st.last_test_loss = eval_loss.item<double>() / static_cast<double>(n);
-  st.last_test_acc = static_cast<double>(eval_correct.item<int64_t>()) / static_cast<double>(n);
+  const auto dev = at::TensorOptions().dtype(at::kDouble).device(device);
+  at::Tensor local = ids.empty() ? at::zeros({0, 3}, dev)
+                                 : at::stack({at::cat(ids), at::cat(losses), at::cat(hits)}, 1);  // [n, 3]
+  at::Tensor all = comm ? comm->all_gather_varying(local) : local;
+  all = all.to(at::kCPU).contiguous();
+  const int64_t rows = all.size(0);
+  const double* r = all.data_ptr<double>();
+  std::vector<std::pair<int64_t, int64_t>> order;  // (sample id, row), first occurrence of each id
+  order.reserve(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) order.emplace_back(static_cast<int64_t>(r[3 * i]), i);
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  double loss_total = 0, correct_total = 0;
+  int64_t n = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i > 0 && order[i].first == order[i - 1].first) continue;  // padding
+    loss_total += r[3 * order[i].second + 1];
+    correct_total += r[3 * order[i].second + 2];
+    ++n;
+  }
+  st.last_test_loss = loss_total / static_cast<double>(std::max<int64_t>(1, n));
+  st.last_test_acc = correct_total / static_cast<double>(std::max<int64_t>(1, n));
   st.last_eval_step = st.step;
   const double secs = seconds_since(t0);
   st.train_seconds += secs;
-  metrics.write({{"type", "eval"},
+  if (metrics != nullptr) metrics->write({{"type", "eval"},
                  {"step", st.step},
                  {"epoch", st.epoch + (st.batch_in_epoch == steps_per_epoch ? 1 : 0)},
                  {"test_loss", st.last_test_loss},
@@ -464,8 +651,9 @@ void Trainer::Impl::evaluate(obs::JsonlWriter& metrics) {
                  {"samples", n},
                  {"seconds", secs},
                  {"train_seconds", st.train_seconds}});
-  log_info("eval after step {}: test accuracy {:.2f}%, loss {:.4f} ({} samples, {:.1f} s)", st.step,
-           100 * st.last_test_acc, st.last_test_loss, n, secs);
+  log_info("eval after step {}: test accuracy {:.2f}%, loss {:.4f} ({} samples{}, {:.1f} s)", st.step,
+           100 * st.last_test_acc, st.last_test_loss, n,
+           comm ? fmt::format(" over {} ranks", world.size) : std::string(), secs);
 }
 
 // precision = "auto": times forward + backward of each safe candidate on a scratch copy of the
@@ -543,6 +731,7 @@ void Trainer::Impl::forward_backward(const data::Batch& batch, int64_t parts, do
       loss = at::cross_entropy_loss(logits, y, {}, at::Reduction::Mean, -100, job.train.label_smoothing);
     }
     const double weight = static_cast<double>(end - begin) / static_cast<double>(n);
+    if (grad_sync) grad_sync->communicate(p == parts - 1);  // M5: only the last micro-batch
     (loss * (weight * scale)).backward();
     at::NoGradGuard no_grad;
     loss_sum.add_(loss.detach().to(at::kDouble), static_cast<double>(end - begin));
@@ -561,6 +750,12 @@ void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& 
       break;
     } catch (const std::exception& e) {
       if (!is_out_of_memory(e)) throw;
+      if (comm) {
+        // Retrying would change this rank's collectives (buckets may be in flight): stop.
+        throw runtime_error("step {}: out of memory on rank {} under data parallel, where a batch cannot be "
+                            "retried in pieces; lower train.batch_size or raise train.accumulate: {}",
+                            st.step, world.rank, e.what());
+      }
       optimizer->zero_grad();
       loss_sum.copy_(saved_loss_sum);
       correct.copy_(saved_correct);
@@ -578,6 +773,7 @@ void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& 
                st.step, (batch.size() + before - 1) / before, parts, (batch.size() + parts - 1) / parts);
     }
   }
+  if (grad_sync) grad_sync->finish();  // gradients averaged over ranks
   std::vector<at::Tensor> grads;
   grads.reserve(params.size());
   for (const auto& p : params) grads.push_back(p.grad());
@@ -595,7 +791,27 @@ void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& 
     }
   }
   // The one host read of the step: are loss and gradients finite (needed to skip the step).
-  const bool finite = all_finite(grads) && std::isfinite(loss_sum.item<double>());
+  std::vector<at::Tensor> checked = grads;
+  checked.push_back(loss_sum);
+  bool finite = true;
+  if (comm) {
+    // Ranks decide together: [any rank non-finite, any rank asked to stop], one small
+    // all-reduce and still one host read per step.
+    at::NoGradGuard no_grad;
+    at::Tensor flags = at::zeros({2}, at::TensorOptions().dtype(at::kFloat).device(device));
+    at::Tensor ok = at::ones({}, at::TensorOptions().dtype(at::kBool).device(device));
+    for (const auto& t : checked) {
+      if (t.defined()) ok = at::logical_and(ok, at::isfinite(t).all());
+    }
+    flags[0] = at::logical_not(ok).to(at::kFloat);
+    flags[1] = g_stop.load() ? 1.0 : 0.0;
+    comm->all_reduce_sum(flags);
+    const at::Tensor host = flags.to(at::kCPU);
+    finite = host[0].item<float>() == 0.0f;
+    stop_agreed = host[1].item<float>() > 0.0f;
+  } else {
+    finite = all_finite(checked);
+  }
   const bool take = scaler.update(!finite);
   if (take) {
     optimizer->step(sp.lr, sp.momentum);
@@ -625,18 +841,24 @@ void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& 
   optimizer->zero_grad();  // T10: set to none
 }
 
-void Trainer::Impl::read_interval(obs::JsonlWriter& metrics, obs::Progress& progress, double lr, double momentum) {
-  // The one host read of the interval (law 2).
-  const double loss = loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(1, st.interval_samples));
-  const double acc = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(std::max<int64_t>(1, st.interval_samples));
+void Trainer::Impl::read_interval(obs::JsonlWriter* metrics, obs::Progress& progress, double lr, double momentum) {
+  // The one host read of the interval (law 2); under data parallel the sums of every rank.
+  at::Tensor sums = at::stack({loss_sum.to(at::kDouble), correct.to(at::kDouble),
+                               at::scalar_tensor(static_cast<double>(st.interval_samples),
+                                                 at::TensorOptions().dtype(at::kDouble).device(device))});
+  if (comm) comm->all_reduce_sum(sums);
+  const at::Tensor host = sums.to(at::kCPU);
+  const double samples = std::max(1.0, host[2].item<double>());
+  const double loss = host[0].item<double>() / samples;
+  const double acc = host[1].item<double>() / samples;
   if (!std::isfinite(loss)) {
     throw diverged("training diverged: mean loss over steps {}–{} is {} (lr {:.4g}); the last good checkpoint in {} "
                    "is intact",
                    st.step - job.log.every_steps + 1, st.step, loss, lr, checkpoints->dir());
   }
   const double secs = st.interval_seconds;
-  obs::TrainReading r{st.step, loss, acc, lr, secs > 0 ? static_cast<double>(st.interval_samples) / secs : 0};
-  metrics.write({{"type", "train"},
+  obs::TrainReading r{st.step, loss, acc, lr, secs > 0 ? samples / secs : 0};
+  if (metrics != nullptr) metrics->write({{"type", "train"},
                  {"step", st.step},
                  {"epoch", st.epoch},
                  {"loss", loss},
@@ -681,27 +903,36 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
             {"oom_retries", oom_retries},
             {"loss_scale", scaler.enabled() ? json(scaler.scale()) : json(nullptr)},
             {"threads", compat::num_threads()},
+            {"world_size", world.size},
             {"seed", job.run.seed},
             {"params_sha256", s.params_sha256},
             {"resumed_from_step", resumed_from ? json(*resumed_from) : json(nullptr)},
             {"torch_version", compat::torch_version()},
             {"crucible_version", CRUCIBLE_VERSION}};
-  write_file_atomic((fs::path(run_dir) / "summary.json").string(), j.dump(2) + "\n");
+  if (main_rank()) write_file_atomic((fs::path(run_dir) / "summary.json").string(), j.dump(2) + "\n");
   return s;
 }
 
 TrainSummary Trainer::Impl::run() {
+  join_world();
   prepare_run_dir();
   std::string ckpt_path;
-  std::optional<CheckpointData> ckpt = checkpoints->load_latest(&ckpt_path);
-  if (ckpt) {  // a resumed run keeps the precision and memory format it chose (auto may time differently)
-    auto p = ckpt->meta.find("precision");
-    auto f = ckpt->meta.find("memory_format");
-    if (p != ckpt->meta.end() && f != ckpt->meta.end()) {
-      stored_precision = p->second;
-      stored_channels_last = f->second == "channels_last";
+  std::optional<CheckpointData> ckpt;
+  if (main_rank()) ckpt = checkpoints->load_latest(&ckpt_path);
+  if (comm) {
+    // Rank 0 chose the checkpoint (after any --restart cleanup); every rank resumes from it (X3).
+    ckpt_path = comm->broadcast_string("resume", ckpt ? ckpt_path : std::string(), 0);
+    if (!main_rank() && !ckpt_path.empty()) {
+      try {
+        ckpt = read_checkpoint(ckpt_path);
+      } catch (const Error& e) {
+        throw runtime_error("rank {} cannot read the checkpoint rank 0 resumes from (is {} shared between the "
+                            "machines?): {}",
+                            world.rank, checkpoints->dir(), e.what());
+      }
     }
   }
+  if (ckpt) take_stored_precision(*ckpt);
   build();
   const std::string metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
   if (ckpt) {
@@ -710,11 +941,17 @@ TrainSummary Trainer::Impl::run() {
     log_info("resumed from {}: step {} (epoch {}, batch {} of {})", ckpt_path, st.step, st.epoch + 1,
              st.batch_in_epoch, steps_per_epoch);
     // Records past the checkpoint will be written again by this session.
-    obs::filter_jsonl(metrics_path, [&](const json& r) { return r.value("step", int64_t{0}) <= st.step; });
+    if (main_rank()) {
+      obs::filter_jsonl(metrics_path, [&](const json& r) { return r.value("step", int64_t{0}) <= st.step; });
+    }
   } else {
     if (flags.resume) throw bad_input("--resume: {} holds no checkpoint that verifies", checkpoints->dir());
     std::error_code ec;
-    fs::remove(metrics_path, ec);
+    if (main_rank()) fs::remove(metrics_path, ec);
+  }
+  if (comm) {
+    // Every replica starts from rank 0's weights, whatever its own initialisation or resume did.
+    dist::broadcast_module(*comm, model->module(), 0);
   }
   const int64_t stop_step = job.train.max_steps > 0 ? std::min(job.train.max_steps, total_steps) : total_steps;
   if (st.step >= stop_step && st.last_eval_step == st.step) {
@@ -723,9 +960,13 @@ TrainSummary Trainer::Impl::run() {
     return summarize(/*already_complete=*/true);
   }
 
-  obs::JsonlWriter metrics(metrics_path);
-  obs::Progress progress(obs::parse_progress_mode(job.log.progress, stdout_is_terminal()), job.train.epochs,
-                         steps_per_epoch, total_steps);
+  // Law 4: rank 0 writes the metrics and draws progress (X6, X7).
+  std::optional<obs::JsonlWriter> metrics_file;
+  if (main_rank()) metrics_file.emplace(metrics_path);
+  obs::JsonlWriter* metrics = metrics_file ? &*metrics_file : nullptr;
+  obs::Progress progress(main_rank() ? obs::parse_progress_mode(job.log.progress, stdout_is_terminal())
+                                     : obs::ProgressMode::kNone,
+                         job.train.epochs, steps_per_epoch, total_steps);
   g_stop.store(false);
   Schedule::Point sp = schedule->at(st.step);
 
@@ -742,7 +983,7 @@ TrainSummary Trainer::Impl::run() {
       train_step(*batch, sp);
       ++st.step;
       ++st.batch_in_epoch;
-      st.samples += batch->size();
+      st.samples += batch->size() * world.size;  // global (exact unless the skip policy dropped samples)
       st.interval_samples += batch->size();
       const double dt = seconds_since(t_step) + std::chrono::duration<double>(t_step - t_wait).count();
       st.step_seconds += dt;
@@ -754,7 +995,7 @@ TrainSummary Trainer::Impl::run() {
         read_interval(metrics, progress, sp.lr, sp.momentum);
       }
       const bool epoch_end = st.batch_in_epoch == steps_per_epoch;
-      if (g_stop.load()) {
+      if (comm ? stop_agreed : g_stop.load()) {
         progress.clear();
         save_checkpoint();
         throw runtime_error("interrupted at step {}: checkpoint written; run the same command again to resume",
@@ -783,5 +1024,6 @@ Trainer::Trainer(JobConfig job, TrainFlags flags) : impl_(std::make_unique<Impl>
 Trainer::~Trainer() = default;
 
 TrainSummary Trainer::run() { return impl_->run(); }
+TrainSummary Trainer::evaluate_checkpoint(const std::string& path) { return impl_->evaluate_checkpoint(path); }
 
 }  // namespace crucible::train

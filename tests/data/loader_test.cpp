@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -133,6 +134,46 @@ TEST(Loader, WorkerErrorReachesTheConsumer) {
     EXPECT_STREQ(e.what(), "sample 57 is unreadable");
   }
   EXPECT_EQ(ok, 1);  // batch 0 (samples 0–31) fine, batch 1 holds sample 57
+}
+
+// X1: the ranks' loaders of one epoch split the data set between them — disjoint shards that
+// cover it when the size divides evenly, every sample plus DistributedSampler's padding (the
+// start of the epoch's order repeated) when it does not, and the tail dropped with drop_last.
+TEST(Loader, RanksCoverTheDataSetInDisjointShardsX1) {
+  for (int64_t n : {1000, 1003}) {
+    for (bool drop : {false, true}) {
+      const int64_t world = 4;
+      auto src = make_source(n);
+      const std::vector<int64_t> full = Sampler(n, true, 7).epoch_order(2);
+      std::vector<int64_t> seen;
+      for (int64_t rank = 0; rank < world; ++rank) {
+        Loader l(flipping(src), Sampler(n, true, 7, Sampler::Shard{world, rank, drop}), opts(2));
+        const int64_t share = drop ? n / world : (n + world - 1) / world;
+        EXPECT_EQ(l.sampler().num_samples(), share);
+        EXPECT_EQ(l.batches_per_epoch(), (share + 31) / 32);
+        int64_t count = 0;
+        for (const auto& b : epoch(l, 2)) {
+          for (int64_t k = 0; k < b.size(); ++k) {
+            EXPECT_EQ(b.labels[k], b.sample_ids[k] % 10);
+            seen.push_back(b.sample_ids[k]);
+          }
+          count += b.size();
+        }
+        EXPECT_EQ(count, share) << "n=" << n << " rank " << rank;
+      }
+      std::vector<int64_t> expect(full.begin(), full.end());
+      if (n % world != 0 && !drop) expect.push_back(full[0]);  // 1003 → 1004: one padded index
+      if (n % world != 0 && drop) {  // 1003 → 1000: the last 3 of the order are nobody's
+        expect.assign(full.begin(), full.end() - 3);
+      }
+      std::sort(seen.begin(), seen.end());
+      std::sort(expect.begin(), expect.end());
+      EXPECT_EQ(seen, expect) << "n=" << n << " drop_last=" << drop;
+      if (n % world == 0) {
+        EXPECT_EQ(std::adjacent_find(seen.begin(), seen.end()), seen.end()) << "shards overlap";
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -13,9 +13,7 @@ namespace {
 
 using nlohmann::json;
 
-void expect_contains(const std::string& text, const std::string& needle) {
-  EXPECT_NE(text.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << text;
-}
+using test::expect_contains;
 
 void make_photos(const std::string& root, int n, bool with_bad) {
   test::run_python("import numpy as np, os\nfrom PIL import Image\n"

@@ -13,9 +13,7 @@ namespace {
 
 using nlohmann::json;
 
-void expect_contains(const std::string& text, const std::string& needle) {
-  EXPECT_NE(text.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << text;
-}
+using test::expect_contains;
 
 TEST(IoCli, InspectNpzAsJsonWithStats) {
   test::TempDir d;

@@ -55,9 +55,7 @@ std::vector<int64_t> checkpoint_steps(const std::string& run_dir) {
   return steps;
 }
 
-void expect_contains(const std::string& text, const std::string& needle) {
-  EXPECT_NE(text.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << text;
-}
+using test::expect_contains;
 
 TEST(TrainCli, BadConfigExitsTwoNamingTheKey) {
   test::TempDir d;

@@ -71,6 +71,11 @@ std::string crucible_binary();
 // `h` (header dict); a tensor's bytes are then b[8+n+s:8+n+e] for h[name]['data_offsets'] = [s, e].
 std::string python_read_safetensors(const std::string& path);
 
+// Expects `needle` in `text`, printing the text when it is missing.
+inline void expect_contains(const std::string& text, const std::string& needle) {
+  EXPECT_NE(text.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << text;
+}
+
 // Runs f and expects a bad-input crucible::Error whose message contains every needle.
 template <typename F>
 void expect_bad_input(F f, std::initializer_list<const char*> needles) {

@@ -54,6 +54,8 @@ std::optional<c10::ScalarType> float8_scalar_type(bool e4m3);
 // "cuda", "cuda:N" as said (bad_input when CUDA is asked for and absent, naming what exists).
 c10::Device resolve_device(const std::string& name);
 int cuda_device_count();
+// Makes `device` this process's current device (T2: before any collective); no-op on CPU.
+void bind_device(c10::Device device);
 
 // Releases memory the device's caching allocator holds but no tensor uses (T13, T16); no-op
 // on CPU.

@@ -87,8 +87,10 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
+  // Batches of this rank's share of an epoch (sampler().num_samples() indices).
   int64_t batches_per_epoch() const;
   const SamplePipeline& pipeline() const { return *pipeline_; }
+  const Sampler& sampler() const { return sampler_; }
   const LoaderOptions& options() const { return options_; }
 
   // Serves epoch `epoch` starting at batch `first_batch` (a resumed position); batches of a

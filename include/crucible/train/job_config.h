@@ -81,6 +81,15 @@ struct LogSection {
   std::string progress = "auto";  // "auto" | "bar" | "lines" | "none"
 };
 
+// Data parallel (used when the process runs under crucible launch, torchrun or SLURM with
+// WORLD_SIZE > 1; ignored in a single process).
+struct DistSection {
+  std::string backend = "auto";   // "auto" (nccl on CUDA, gloo on CPU) | "gloo" | "nccl"
+  double timeout_s = 300;         // a collective waiting longer than this fails, naming the missing rank
+  double bucket_mb = 25;          // gradient all-reduce bucket size (communication overlaps backward)
+  std::string bn = "broadcast";   // M2: BatchNorm statistics: "broadcast" (rank 0's) | "average" | "sync" (M3)
+};
+
 struct JobConfig {
   RunSection run;
   DataSection data;
@@ -90,6 +99,7 @@ struct JobConfig {
   TrainSection train;
   CheckpointSection checkpoint;
   LogSection log;
+  DistSection dist;
 };
 
 // Registers every field of `job` in `schema` (job must outlive schema).

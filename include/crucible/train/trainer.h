@@ -44,6 +44,12 @@ class Trainer {
 
   TrainSummary run();
 
+  // `crucible eval`: the model of checkpoint `path` (default: the newest that verifies in the
+  // run folder) on the whole test set, without writing anything. Under data parallel the test
+  // set is sharded, per-sample results gathered and the padding dropped (X2), so the figures
+  // equal a single process's. Fills run_dir, test_acc, test_loss, steps, params_sha256.
+  TrainSummary evaluate_checkpoint(const std::string& path = "");
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

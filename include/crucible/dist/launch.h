@@ -1,0 +1,37 @@
+// `crucible launch` (X10): starts the processes of a data-parallel job on this machine with
+// the environment torchrun gives them (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// GROUP_RANK, ROLE_*, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*; reference:
+// torch/distributed/run.py and elastic/agent/server/api.py), so a program that runs under
+// torchrun runs under crucible launch unchanged. When one process fails, the others are
+// stopped (SIGTERM, then SIGKILL after a grace period) and the failure is named, instead of a
+// job that hangs in a collective waiting for a dead peer. Torch-free, Linux only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace crucible::dist {
+
+struct LaunchOptions {
+  int nproc = 1;      // processes on this node
+  int nnodes = 1;     // nodes in the job
+  int node_rank = 0;  // this node, 0 … nnodes-1
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;               // 0: a free port on this machine when nnodes == 1, else 29500
+  std::vector<std::string> command;  // argv; "crucible" as argv[0] means this program (/proc/self/exe)
+  double grace_seconds = 10;         // SIGTERM, then SIGKILL after this
+};
+
+// Starts nproc processes with the variables torchrun sets and returns the exit code crucible
+// launch should exit with: 0 when every rank exits 0, else the exit code of the first rank
+// that failed (1 when it died by a signal; 127/126 when the command could not be started).
+// Each child runs in its own process group, so a terminal's Ctrl-C reaches only the launcher,
+// which passes SIGINT/SIGTERM/SIGHUP on to every rank once. Call it from the main thread
+// (while it runs those signals are blocked and taken with sigtimedwait). Throws bad_input for
+// invalid options.
+int launch(const LaunchOptions& options);
+
+// A TCP port that was free on 127.0.0.1 a moment ago (bind to port 0, read it back, close).
+int free_port();
+
+}  // namespace crucible::dist

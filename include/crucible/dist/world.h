@@ -1,0 +1,37 @@
+// Where this process stands in a data-parallel job, from the variables torchrun sets (and
+// crucible launch, and SLURM through them): RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT (reference: torch/distributed/run.py). No variables means one
+// process. The device is bound from LOCAL_RANK, never from RANK (T2). Torch-free.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace crucible::dist {
+
+struct World {
+  int rank = 0;              // global rank, 0 … size-1
+  int size = 1;              // WORLD_SIZE
+  int local_rank = 0;        // rank on this machine: selects the device (T2)
+  int local_size = 1;        // LOCAL_WORLD_SIZE: processes on this machine
+  int node_rank = 0;         // GROUP_RANK when set, else rank / local_size
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+
+  bool distributed() const { return size > 1; }
+  bool is_main() const { return rank == 0; }
+  // "rank 1 of 4 (local 1 of 2 on node 0), rendezvous 10.0.0.1:29500"
+  std::string describe() const;
+};
+
+// Reads the environment through `getenv` (tests pass their own). Throws bad_input naming the
+// variable when one is malformed, inconsistent (RANK ≥ WORLD_SIZE, LOCAL_RANK ≥
+// LOCAL_WORLD_SIZE, …) or missing while WORLD_SIZE > 1 needs it.
+World world_from_env(const std::function<const char*(const char*)>& getenv);
+World world_from_env();  // the process environment
+
+// T2: a device count of 0 means CPU (any number of processes may share it); otherwise each
+// process on this machine needs its own device: bad_input when LOCAL_WORLD_SIZE exceeds it.
+void check_devices(const World& world, int device_count);
+
+}  // namespace crucible::dist

@@ -1,0 +1,65 @@
+// BatchNorm2d that can become SyncBatchNorm (M3). crucible's models use it in place of
+// torch::nn::BatchNorm2d: same parameters, buffers, names, initialisation and results (it is
+// not a subclass: libtorch does not export what a subclass's vtable needs), and
+// convert_sync_batchnorm() switches every instance in a module to statistics over the global
+// batch of all ranks. The collectives come through the small Collective interface, which the
+// dist layer implements (nn sits above dist and does not know about process groups).
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+namespace crucible::nn {
+
+// What SyncBatchNorm needs from a process group. Blocking; every rank calls in the same order.
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // In place: every rank ends with the sum over ranks.
+  virtual void all_reduce_sum(at::Tensor& t) = 0;
+  // Equal shapes on every rank → [size, ...] in rank order.
+  virtual at::Tensor all_gather(const at::Tensor& t) = 0;
+};
+
+// The collective of a single process (world of 1): SyncBatchNorm's numerics without peers.
+class LocalCollective final : public Collective {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void all_reduce_sum(at::Tensor&) override {}
+  at::Tensor all_gather(const at::Tensor& t) override { return t.unsqueeze(0); }
+};
+
+class BatchNorm2dImpl : public torch::nn::Module {
+ public:
+  // torch::nn::BatchNorm2d's defaults: eps 1e-5, momentum 0.1, affine, tracking running stats.
+  explicit BatchNorm2dImpl(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
+  // Training with a collective set: mean and variance over every rank's batch (Welford-combined
+  // from each rank's mean, variance and count), gradients through the same global sums, as
+  // torch.nn.SyncBatchNorm. Otherwise exactly torch::nn::BatchNorm2d.
+  at::Tensor forward(const at::Tensor& input);
+  void set_collective(Collective* collective) { collective_ = collective; }
+  Collective* collective() const { return collective_; }
+  int64_t num_features() const { return num_features_; }
+  void pretty_print(std::ostream& stream) const override;
+
+  at::Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+
+ private:
+  int64_t num_features_;
+  double eps_, momentum_;
+  Collective* collective_ = nullptr;
+};
+TORCH_MODULE(BatchNorm2d);
+
+// M3: every crucible BatchNorm2d in `module` computes statistics over all ranks from now on.
+// Call before gradient synchronisation is set up. Returns how many were converted; bad_input
+// when the module holds a torch BatchNorm that cannot be converted (name it).
+int convert_sync_batchnorm(torch::nn::Module& module, Collective* collective);
+
+}  // namespace crucible::nn

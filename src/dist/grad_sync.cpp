@@ -1,0 +1,197 @@
+#include "crucible/dist/grad_sync.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "crucible/core/error.h"
+#include "crucible/dist/comm.h"
+
+namespace crucible::dist {
+
+struct GradSync::Impl {
+  struct Bucket {
+    std::vector<size_t> members;  // indices into params, in backward order
+    int64_t numel = 0;
+    int remaining = 0;            // members whose gradient is not ready yet
+    at::Tensor flat;
+    std::unique_ptr<Pending> pending;
+  };
+
+  Comm& comm;
+  std::vector<at::Tensor> params;
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucket_of;
+  std::vector<char> ready;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keeps the hooks alive
+  std::vector<uintptr_t> hook_keys;
+  std::mutex mu;
+  bool communicate = true;
+  size_t next_launch = 0;
+
+  Impl(Comm& c, std::vector<at::Tensor> p) : comm(c), params(std::move(p)) {}
+
+  void launch_locked(size_t b) {
+    Bucket& k = buckets[b];
+    const at::Tensor& first = params[k.members.front()];
+    k.flat = at::empty({k.numel}, first.options().requires_grad(false));
+    int64_t off = 0;
+    for (size_t m : k.members) {
+      const at::Tensor& p = params[m];
+      at::Tensor slot = k.flat.narrow(0, off, p.numel()).view(p.sizes());
+      const at::Tensor& g = p.grad();
+      if (g.defined()) {
+        slot.copy_(g);
+      } else {
+        slot.zero_();  // unused on this rank: contributes nothing
+      }
+      off += p.numel();
+    }
+    k.pending = comm.all_reduce_sum_async(k.flat);
+  }
+
+  void on_ready(size_t i) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!communicate || ready[i]) return;
+    ready[i] = 1;
+    --buckets[bucket_of[i]].remaining;
+    while (next_launch < buckets.size() && buckets[next_launch].remaining == 0) launch_locked(next_launch++);
+  }
+
+  void finish() {
+    std::lock_guard<std::mutex> lock(mu);
+    while (next_launch < buckets.size()) launch_locked(next_launch++);
+    const double world = static_cast<double>(comm.size());
+    at::NoGradGuard no_grad;
+    for (auto& k : buckets) {
+      k.pending->wait();
+      k.pending.reset();
+      k.flat.div_(world);
+      int64_t off = 0;
+      for (size_t m : k.members) {
+        at::Tensor& p = params[m];
+        at::Tensor avg = k.flat.narrow(0, off, p.numel()).view(p.sizes());
+        if (p.grad().defined()) {
+          p.mutable_grad().copy_(avg);
+        } else {
+          p.mutable_grad() = at::empty_like(p).copy_(avg);
+        }
+        off += p.numel();
+      }
+      k.flat = at::Tensor();
+      k.remaining = static_cast<int>(k.members.size());
+    }
+    std::fill(ready.begin(), ready.end(), 0);
+    next_launch = 0;
+  }
+};
+
+namespace {
+
+// Runs after AccumulateGrad has added this backward's gradient into .grad.
+struct ReadyHook final : torch::autograd::FunctionPostHook {
+  explicit ReadyHook(std::function<void()> ready) : ready_(std::move(ready)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    ready_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> ready_;
+};
+
+}  // namespace
+
+GradSync::GradSync(Comm& comm, std::vector<at::Tensor> params, double bucket_mb)
+    : impl_(std::make_shared<Impl>(comm, std::move(params))) {
+  Impl& s = *impl_;
+  const size_t n = s.params.size();
+  s.bucket_of.assign(n, 0);
+  s.ready.assign(n, 0);
+  const double cap = bucket_mb * 1024.0 * 1024.0;
+  // Reverse registration order approximates the order backward finishes gradients in.
+  for (size_t j = n; j-- > 0;) {
+    const at::Tensor& p = s.params[j];
+    if (!p.requires_grad()) throw std::logic_error("GradSync: a parameter does not require grad");
+    const bool fits = !s.buckets.empty() &&
+                      s.buckets.back().members.size() > 0 &&
+                      s.params[s.buckets.back().members.front()].scalar_type() == p.scalar_type() &&
+                      s.params[s.buckets.back().members.front()].device() == p.device() &&
+                      static_cast<double>((s.buckets.back().numel + p.numel()) * p.element_size()) <= cap;
+    if (!fits) s.buckets.emplace_back();
+    auto& b = s.buckets.back();
+    b.members.push_back(j);
+    b.numel += p.numel();
+    b.remaining = static_cast<int>(b.members.size());
+    s.bucket_of[j] = s.buckets.size() - 1;
+  }
+  for (size_t j = 0; j < n; ++j) {
+    auto acc = torch::autograd::impl::grad_accumulator(s.params[j]);
+    if (!acc) throw std::logic_error("GradSync: a parameter is not a leaf");
+    std::weak_ptr<Impl> weak = impl_;
+    s.hook_keys.push_back(acc->add_post_hook(std::make_unique<ReadyHook>([weak, j] {
+      if (auto impl = weak.lock()) impl->on_ready(j);
+    })));
+    s.accumulators.push_back(std::move(acc));
+  }
+}
+
+GradSync::~GradSync() {
+  for (size_t j = 0; j < impl_->accumulators.size(); ++j) impl_->accumulators[j]->del_post_hook(impl_->hook_keys[j]);
+}
+
+void GradSync::communicate(bool on) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->communicate = on;
+}
+
+void GradSync::finish() { impl_->finish(); }
+
+int64_t GradSync::num_buckets() const { return static_cast<int64_t>(impl_->buckets.size()); }
+
+std::string GradSync::describe() const {
+  std::vector<std::string> sizes;
+  for (const auto& b : impl_->buckets) {
+    const at::Tensor& p = impl_->params[b.members.front()];
+    sizes.push_back(fmt::format("{:.2f}", static_cast<double>(b.numel * p.element_size()) / (1024.0 * 1024.0)));
+  }
+  return fmt::format("{} bucket(s) of {} MiB over {} tensors", impl_->buckets.size(), fmt::join(sizes, ", "),
+                     impl_->params.size());
+}
+
+void broadcast_module(Comm& comm, torch::nn::Module& module, int root) {
+  at::NoGradGuard no_grad;
+  for (auto& p : module.parameters(true)) {
+    at::Tensor t = p.data();
+    comm.broadcast(t, root);
+  }
+  for (auto& b : module.buffers(true)) comm.broadcast(b, root);
+}
+
+void sync_buffers(Comm& comm, torch::nn::Module& module, const std::string& policy) {
+  at::NoGradGuard no_grad;
+  for (auto& b : module.named_buffers(true)) {
+    at::Tensor t = b.value();
+    const std::string& name = b.key();
+    auto ends_with = [&name](const std::string& tail) {
+      return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    const bool statistic = ends_with("running_mean") || ends_with("running_var");
+    if (policy == "average" && statistic && t.is_floating_point()) {
+      comm.all_reduce_sum(t);
+      t.div_(static_cast<double>(comm.size()));
+    } else {
+      comm.broadcast(t, 0);
+    }
+  }
+}
+
+}  // namespace crucible::dist

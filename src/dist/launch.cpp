@@ -1,0 +1,355 @@
+// Launcher: fork/exec with a close-on-exec pipe that carries an exec failure's errno back,
+// one process group per rank, and a sigtimedwait loop that reaps ranks, passes the
+// launcher's signals on and enforces the SIGTERM → SIGKILL grace period.
+#include "crucible/dist/launch.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "crucible/core/error.h"
+#include "crucible/core/log.h"
+
+extern char** environ;
+
+namespace crucible::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
+struct Proc {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+};
+
+// The launcher's signals are blocked while it runs (and taken with sigtimedwait), and the
+// previous mask comes back however launch() ends. SIGCHLD is set to its default meanwhile: a
+// SIG_IGN inherited from our parent would reap the ranks before waitpid could see how they ended.
+class SignalBlock {
+ public:
+  SignalBlock() {
+    sigemptyset(&set_);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set_, s);
+    ::pthread_sigmask(SIG_BLOCK, &set_, &old_);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(SIGCHLD, &dfl, &old_chld_);
+  }
+  ~SignalBlock() {
+    // Signals that arrived after the last rank ended have nobody left to go to.
+    const timespec zero{0, 0};
+    while (::sigtimedwait(&set_, nullptr, &zero) > 0) {
+    }
+    ::sigaction(SIGCHLD, &old_chld_, nullptr);
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SignalBlock(const SignalBlock&) = delete;
+  SignalBlock& operator=(const SignalBlock&) = delete;
+  const sigset_t& set() const { return set_; }
+  const sigset_t& old() const { return old_; }
+
+ private:
+  sigset_t set_;
+  sigset_t old_;
+  struct sigaction old_chld_ {};
+};
+
+void validate(const LaunchOptions& o) {
+  if (o.nproc < 1) throw bad_input("launch: --nproc must be >= 1, found {}", o.nproc);
+  if (o.nnodes < 1) throw bad_input("launch: --nnodes must be >= 1, found {}", o.nnodes);
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    throw bad_input("launch: --node-rank must be in [0, {}) for --nnodes {}, found {}", o.nnodes, o.nnodes,
+                    o.node_rank);
+  }
+  if (static_cast<long long>(o.nproc) * o.nnodes > INT_MAX) {
+    throw bad_input("launch: {} nodes × {} processes is too many ranks", o.nnodes, o.nproc);
+  }
+  if (o.master_port < 0 || o.master_port > 65535) {
+    throw bad_input("launch: --master-port must be in [0, 65535] (0: pick a free one), found {}", o.master_port);
+  }
+  if (o.master_addr.empty()) throw bad_input("launch: --master-addr is empty");
+  if (o.command.empty() || o.command[0].empty()) {
+    throw bad_input("launch: no command to run: give it after `--`, e.g. crucible launch --nproc 2 -- crucible train");
+  }
+  if (!(o.grace_seconds >= 0 && o.grace_seconds <= 86400)) {
+    throw bad_input("launch: grace period must be in [0, 86400] s, found {}", o.grace_seconds);
+  }
+}
+
+// "crucible" as the program means this very binary, whatever PATH holds.
+std::string resolve_program(const std::string& name) {
+  if (name != "crucible") return name;
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "/proc/self/exe";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+bool is_set_by_launcher(const char* entry, const std::vector<std::pair<std::string, std::string>>& vars) {
+  const char* eq = std::strchr(entry, '=');
+  const size_t len = eq != nullptr ? static_cast<size_t>(eq - entry) : std::strlen(entry);
+  for (const auto& v : vars) {
+    if (v.first.size() == len && std::strncmp(entry, v.first.data(), len) == 0) return true;
+  }
+  return false;
+}
+
+// The parent's environment with torchrun's variables for one rank on top.
+std::vector<std::string> rank_environment(const LaunchOptions& o, int local, int port, const std::string& run_id) {
+  const int rank = o.node_rank * o.nproc + local, world = o.nnodes * o.nproc;
+  const std::vector<std::pair<std::string, std::string>> vars = {
+      {"RANK", std::to_string(rank)},
+      {"WORLD_SIZE", std::to_string(world)},
+      {"LOCAL_RANK", std::to_string(local)},
+      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
+      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)},
+      {"ROLE_NAME", "default"},
+      {"ROLE_RANK", std::to_string(rank)},
+      {"ROLE_WORLD_SIZE", std::to_string(world)},
+      {"MASTER_ADDR", o.master_addr},
+      {"MASTER_PORT", std::to_string(port)},
+      {"TORCHELASTIC_RESTART_COUNT", "0"},
+      {"TORCHELASTIC_MAX_RESTARTS", "0"},
+      {"TORCHELASTIC_RUN_ID", run_id},
+  };
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (!is_set_by_launcher(*e, vars)) env.emplace_back(*e);
+  }
+  for (const auto& v : vars) env.push_back(v.first + "=" + v.second);
+  return env;
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> p;
+  for (auto& s : strings) p.push_back(s.data());
+  p.push_back(nullptr);
+  return p;
+}
+
+// A rank's end in words: "exited with code 3" / "was killed by signal 9 (SIGKILL)".
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) {
+    // 127 is how a shell (sh -c, a wrapper script) says it could not find a command.
+    return fmt::format("exited with code {}{}", WEXITSTATUS(status),
+                       WEXITSTATUS(status) == 127 ? " (command not found?)" : "");
+  }
+  if (WIFSIGNALED(status)) {
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), signal_name(WTERMSIG(status)));
+  }
+  return fmt::format("ended with wait status {}", status);
+}
+
+// Sends `sig` to the process group of every running rank (its own and any children it
+// started, e.g. a shell's); ranks already gone are skipped.
+void signal_ranks(const std::vector<Proc>& procs, int sig) {
+  for (const auto& p : procs) {
+    if (p.running) ::kill(-p.pid, sig);
+  }
+}
+
+}  // namespace
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw runtime_error("launch: cannot open a socket to find a free port: {}", errno_text(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw runtime_error("launch: cannot find a free port on 127.0.0.1: {}", errno_text(err));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+int launch(const LaunchOptions& o) {
+  validate(o);
+  const int port = o.master_port != 0 ? o.master_port : o.nnodes == 1 ? free_port() : 29500;
+  const int world = o.nnodes * o.nproc;
+  const std::string run_id = fmt::format(
+      "crucible-{}-{}", ::getpid(), std::chrono::system_clock::now().time_since_epoch().count());
+
+  // Everything the children need is built before the first fork: between fork and exec a
+  // child may only make async-signal-safe calls (another thread may hold the malloc lock).
+  const std::string program = resolve_program(o.command[0]);
+  std::vector<std::string> args = o.command;
+  std::vector<char*> argv = pointers(args);
+  std::vector<std::vector<std::string>> envs;
+  std::vector<std::vector<char*>> envps;
+  for (int local = 0; local < o.nproc; ++local) envs.push_back(rank_environment(o, local, port, run_id));
+  for (auto& e : envs) envps.push_back(pointers(e));
+
+  SignalBlock signals;  // before the forks: a Ctrl-C during start-up waits for the loop below
+  const pid_t launcher = ::getpid();
+  std::vector<Proc> procs;
+  int result = 0;        // the exit code to return: the first failing rank's
+  bool stopping = false;  // SIGTERM was sent (a rank failed, or the launcher was signalled)
+  Clock::time_point kill_at{};
+  bool killed = false;
+
+  const auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_seconds));
+  auto stop_others = [&] {
+    if (stopping) return;
+    stopping = true;
+    signal_ranks(procs, SIGTERM);
+    kill_at = Clock::now() + grace;
+  };
+
+  for (int local = 0; local < o.nproc && !stopping; ++local) {
+    const int rank = o.node_rank * o.nproc + local;
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      log_error("launch: cannot start rank {}: pipe: {}; stopping the other ranks", rank, errno_text(errno));
+      result = 1;
+      stop_others();
+      break;
+    }
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      log_error("launch: cannot start rank {}: fork: {}; stopping the other ranks", rank, errno_text(errno));
+      ::close(fds[0]);
+      ::close(fds[1]);
+      result = 1;
+      stop_others();
+      break;
+    }
+    if (pid == 0) {
+      // The child. Its own process group: a terminal's Ctrl-C reaches the launcher only, which
+      // passes it on once. SIGTERM when the launcher dies, so no rank outlives a killed launcher
+      // (and if it already died before prctl, stop now).
+      ::close(fds[0]);
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(1);
+      ::pthread_sigmask(SIG_SETMASK, &signals.old(), nullptr);
+      environ = envps[static_cast<size_t>(local)].data();
+      ::execvp(program.c_str(), argv.data());
+      const int err = errno;
+      ssize_t ignored = ::write(fds[1], &err, sizeof(err));
+      (void)ignored;
+      ::_exit(err == ENOENT ? 127 : 126);
+    }
+    ::setpgid(pid, pid);  // also here, so the group exists whichever process runs first
+    ::close(fds[1]);
+    procs.push_back(Proc{rank, pid, true});
+    int err = 0;
+    ssize_t got;
+    do {
+      got = ::read(fds[0], &err, sizeof(err));  // EOF: exec succeeded and closed the pipe
+    } while (got < 0 && errno == EINTR);
+    ::close(fds[0]);
+    if (got == static_cast<ssize_t>(sizeof(err))) {
+      int status = 0;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      procs.back().running = false;
+      log_error("launch: rank {} could not run `{}`: {}{}", rank, o.command[0], errno_text(err),
+                err == ENOENT ? " (command not found)" : "");
+      result = err == ENOENT ? 127 : 126;
+      stop_others();
+    }
+  }
+
+  if (!stopping) {
+    std::string pids;
+    for (const auto& p : procs) pids += fmt::format("{}rank {} pid {}", pids.empty() ? "" : ", ", p.rank, p.pid);
+    const int first = o.node_rank * o.nproc, last = first + o.nproc - 1;
+    log_info("launch: {} process{} (rank{} of {}, node {} of {}), master {}:{}: {}", o.nproc, o.nproc == 1 ? "" : "es",
+             first == last ? fmt::format(" {}", first) : fmt::format("s {}–{}", first, last), world, o.node_rank,
+             o.nnodes, o.master_addr, port, pids);
+  }
+
+  auto any_running = [&] { return std::any_of(procs.begin(), procs.end(), [](const Proc& p) { return p.running; }); };
+  while (any_running()) {
+    // Reap whatever ended (only our own children: others of this process are not ours to wait for).
+    for (auto& p : procs) {
+      if (!p.running) continue;
+      int status = 0;
+      const pid_t r = ::waitpid(p.pid, &status, WNOHANG);
+      if (r < 0 && errno == ECHILD) {
+        // Reaped elsewhere (another thread's waitpid(-1)): its end is unknown, so a failure.
+        log_warn("launch: rank {} (pid {}) was reaped by someone else; its exit status is unknown", p.rank, p.pid);
+        status = W_EXITCODE(1, 0);  // counted as exit code 1
+      } else if (r != p.pid) {
+        continue;
+      }
+      p.running = false;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (ok) continue;
+      if (stopping) {
+        log_info("launch: rank {} (pid {}), being stopped, {}", p.rank, p.pid, describe_status(status));
+        if (result == 0) result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+        continue;
+      }
+      log_error("launch: rank {} (pid {}) {}{}", p.rank, p.pid, describe_status(status),
+                any_running() ? "; stopping the other ranks" : "");
+      result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+      stop_others();
+    }
+    if (!any_running()) break;
+    if (stopping && !killed && Clock::now() >= kill_at) {
+      std::string late;
+      for (const auto& p : procs) {
+        if (p.running) late += fmt::format("{}{}", late.empty() ? "" : ", ", p.rank);
+      }
+      log_warn("launch: rank(s) {} still running {} s after SIGTERM; sending SIGKILL", late, o.grace_seconds);
+      signal_ranks(procs, SIGKILL);
+      killed = true;
+    }
+    // Sleep until a child ends or a signal comes, at most 100 ms (and not past the grace deadline).
+    auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::milliseconds(100));
+    if (stopping && !killed) {
+      wait = std::min(wait, std::max(std::chrono::nanoseconds(0),
+                                     std::chrono::duration_cast<std::chrono::nanoseconds>(kill_at - Clock::now())));
+    }
+    const timespec ts{static_cast<time_t>(wait.count() / 1000000000), static_cast<long>(wait.count() % 1000000000)};
+    siginfo_t info;
+    const int sig = ::sigtimedwait(&signals.set(), &info, &ts);
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+      // The launcher's own stop request: every rank gets it once (they are not in the
+      // terminal's process group), and the grace period starts.
+      log_warn("launch: got {}; passing it to every rank", signal_name(sig));
+      signal_ranks(procs, sig);
+      if (!stopping) {
+        stopping = true;
+        kill_at = Clock::now() + grace;
+      }
+    }
+  }
+  if (stopping) {
+    // Whatever a stopped rank left behind in its process group (a shell's background job) goes too.
+    for (const auto& p : procs) ::kill(-p.pid, SIGKILL);
+  }
+  return result;
+}
+
+}  // namespace crucible::dist

@@ -1,0 +1,179 @@
+// `crucible sampler` and `crucible launch` end to end: a rank's indices equal python3-torch's
+// DistributedSampler (X1); launch passes everything after `--` on untouched, returns and names
+// the failing rank, passes a SIGTERM it gets to every rank, takes its ranks along when it is
+// killed, and bad usage exits 2 (X10).
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace crucible {
+namespace {
+
+using nlohmann::json;
+using test::expect_contains;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Waits (up to `seconds`) until every file exists and is not empty.
+bool files_appear(const std::vector<std::string>& paths, double seconds) {
+  const auto t0 = Clock::now();
+  for (;;) {
+    bool all = true;
+    for (const auto& p : paths) all = all && !test::read_text(p).empty();
+    if (all) return true;
+    if (seconds_since(t0) > seconds) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// True once `pid` has ended (gone, or a zombie nobody reaps: an orphan in a container).
+bool ends_within(std::string pid, double seconds) {
+  pid = pid.substr(0, pid.find('\n'));
+  const auto t0 = Clock::now();
+  for (;;) {
+    const std::string stat = test::read_text("/proc/" + pid + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (stat.empty() || (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z')) return true;
+    if (seconds_since(t0) > seconds) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::vector<std::string> launch_sh(int nproc, const std::string& script) {
+  return {test::crucible_binary(), "launch", "--nproc", std::to_string(nproc), "--", "sh", "-c", script};
+}
+
+TEST(DistCli, SamplerJsonEqualsPytorchDistributedSamplerX1) {
+  struct Case {
+    int n, world, rank, seed, epoch;
+    bool shuffle, drop;
+  };
+  const std::vector<Case> cases = {{10, 3, 1, 42, 3, true, false},
+                                   {17, 4, 3, 0, 0, true, true},
+                                   {5, 7, 6, 1, 2, false, false},
+                                   {100, 2, 0, 7, 1, true, false},
+                                   {60000, 8, 5, 123, 9, true, true}};
+  std::string script = "import json\nfrom torch.utils.data import DistributedSampler\n";
+  for (const auto& c : cases) {
+    script += "s = DistributedSampler(range(" + std::to_string(c.n) + "), num_replicas=" + std::to_string(c.world) +
+              ", rank=" + std::to_string(c.rank) + ", shuffle=" + (c.shuffle ? "True" : "False") +
+              ", seed=" + std::to_string(c.seed) + ", drop_last=" + (c.drop ? "True" : "False") + ")\n"
+              "s.set_epoch(" + std::to_string(c.epoch) + ")\nprint(json.dumps([len(s), list(s)]))\n";
+  }
+  std::istringstream expected(test::run_python(script));
+  for (const auto& c : cases) {
+    std::string line;
+    ASSERT_TRUE(std::getline(expected, line));
+    const json want = json::parse(line);
+    std::vector<std::string> cmd = {test::crucible_binary(), "sampler", "--n", std::to_string(c.n),
+                                    "--world", std::to_string(c.world), "--rank", std::to_string(c.rank),
+                                    "--seed", std::to_string(c.seed), "--epoch", std::to_string(c.epoch), "--json"};
+    if (c.shuffle) cmd.push_back("--shuffle");
+    if (c.drop) cmd.push_back("--drop-last");
+    auto r = test::run_command(cmd);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json got = json::parse(r.out);
+    EXPECT_EQ(got["n"], c.n);
+    EXPECT_EQ(got["world"], c.world);
+    EXPECT_EQ(got["rank"], c.rank);
+    EXPECT_EQ(got["num_samples"], want[0]) << line;
+    EXPECT_EQ(got["indices"], want[1]) << "n=" << c.n << " world=" << c.world << " rank=" << c.rank;
+  }
+  // Without --json: one line of space-separated indices.
+  auto r = test::run_command({test::crucible_binary(), "sampler", "--n", "7", "--world", "2", "--rank", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "1 3 5 0\n");
+}
+
+TEST(DistCli, SamplerBadUsageExitsTwoX1) {
+  auto r = test::run_command({test::crucible_binary(), "sampler", "--n", "10", "--world", "2", "--rank", "2"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "rank must be in [0, 2)");
+  EXPECT_EQ(test::run_command({test::crucible_binary(), "sampler", "--world", "2"}).exit_code, 2);  // no --n
+  EXPECT_EQ(test::run_command({test::crucible_binary(), "sampler", "--n", "10", "--world", "0"}).exit_code, 2);
+}
+
+TEST(DistCli, LaunchPassesArgumentsAfterDashDashUntouchedX10) {
+  auto r = test::run_command({test::crucible_binary(), "launch", "--nproc", "1", "--", "sh", "-c",
+                              "printf '%s|' \"$@\"", "sh", "--nproc", "-x", "--", "train", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  expect_contains(r.out, "--nproc|-x|--|train|--help|");
+  expect_contains(r.out, "launch: 1 process (rank 0 of 1, node 0 of 1), master 127.0.0.1:");
+  // "crucible" is this very program, whatever PATH holds.
+  r = test::run_command({test::crucible_binary(), "launch", "--nproc", "2", "--", "crucible", "--version"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  expect_contains(r.out, "crucible " CRUCIBLE_VERSION);
+}
+
+TEST(DistCli, LaunchReturnsAndNamesTheFailingRankX10) {
+  auto t0 = Clock::now();
+  auto r = test::run_command(launch_sh(2, "if [ \"$RANK\" = 1 ]; then sleep 0.2; exit 7; fi; sleep 60"));
+  EXPECT_EQ(r.exit_code, 7);
+  EXPECT_LT(seconds_since(t0), 20.0);
+  expect_contains(r.err, "launch: rank 1 (pid ");
+  expect_contains(r.err, "exited with code 7; stopping the other ranks");
+
+  t0 = Clock::now();
+  r = test::run_command(launch_sh(2, "if [ \"$RANK\" = 1 ]; then sleep 0.2; kill -KILL $$; fi; sleep 60"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_LT(seconds_since(t0), 20.0);
+  expect_contains(r.err, "launch: rank 1 (pid ");
+  expect_contains(r.err, "was killed by signal 9 (SIGKILL); stopping the other ranks");
+
+  r = test::run_command({test::crucible_binary(), "launch", "--nproc", "2", "--", "crucible-no-such-program"});
+  EXPECT_EQ(r.exit_code, 127);
+  expect_contains(r.err, "command not found");
+}
+
+TEST(DistCli, SigtermToTheLauncherReachesEveryRankX10) {
+  test::TempDir d;
+  const std::string dir = "'" + d.path() + "'";
+  test::Child launcher(launch_sh(2, "cd " + dir + "; trap 'echo stopped > term.$RANK; exit 0' TERM; "
+                                    "echo ready > ready.$RANK; while true; do sleep 0.1; done"),
+                       d.path());
+  ASSERT_TRUE(files_appear({d / "ready.0", d / "ready.1"}, 20)) << launcher.err();
+  const auto t0 = Clock::now();
+  launcher.kill(SIGTERM);
+  const int rc = launcher.wait();
+  EXPECT_LT(seconds_since(t0), 8.0);
+  EXPECT_EQ(rc, 0) << launcher.err();  // both ranks handled it and exited 0
+  EXPECT_EQ(test::read_text(d / "term.0"), "stopped\n");
+  EXPECT_EQ(test::read_text(d / "term.1"), "stopped\n");
+  expect_contains(launcher.err(), "launch: got SIGTERM; passing it to every rank");
+}
+
+TEST(DistCli, KilledLauncherTakesItsRanksAlongX10) {
+  test::TempDir d;
+  const std::string dir = "'" + d.path() + "'";
+  test::Child launcher(launch_sh(2, "cd " + dir + "; echo $$ > tmp.$RANK; mv tmp.$RANK pid.$RANK; exec sleep 60"),
+                       d.path());
+  ASSERT_TRUE(files_appear({d / "pid.0", d / "pid.1"}, 20)) << launcher.err();
+  launcher.kill(SIGKILL);
+  EXPECT_EQ(launcher.wait(), 128 + SIGKILL);
+  EXPECT_TRUE(ends_within(test::read_text(d / "pid.0"), 10)) << "rank 0 outlived the launcher";
+  EXPECT_TRUE(ends_within(test::read_text(d / "pid.1"), 10)) << "rank 1 outlived the launcher";
+}
+
+TEST(DistCli, LaunchBadUsageExitsTwoX10) {
+  auto r = test::run_command({test::crucible_binary(), "launch", "--nproc", "2"});  // no command
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "command");
+  EXPECT_EQ(test::run_command({test::crucible_binary(), "launch", "--nproc", "0", "--", "true"}).exit_code, 2);
+  r = test::run_command({test::crucible_binary(), "launch", "--nnodes", "2", "--node-rank", "2", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_contains(r.err, "--node-rank must be in [0, 2)");
+  EXPECT_EQ(test::run_command({test::crucible_binary(), "launch", "--master-port", "70000", "--", "true"}).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace crucible

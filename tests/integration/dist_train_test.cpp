@@ -1,0 +1,175 @@
+// Data-parallel training and evaluation end to end through `crucible launch` (Gloo on this
+// machine's loopback): SyncBatchNorm on 2 ranks × 128 equals 1 rank × 256 after 50 steps (M3),
+// evaluation on 3 ranks equals a single process exactly (X2, X5), and a rank killed in
+// mid-epoch stops the launch naming it, after which a rerun resumes (X10, law 5).
+// The default job on 2 ranks against 1 (label slow) is in TrainCliSlow.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace crucible {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::expect_contains;
+using Clock = std::chrono::steady_clock;
+
+std::vector<std::string> train_cmd(const test::TempDir& dir, const std::string& name,
+                                   std::initializer_list<std::string> extra) {
+  std::vector<std::string> cmd = {test::crucible_binary(), "train",
+                                  "--set", "run.dir=" + dir.path(),
+                                  "--set", "run.name=" + name,
+                                  "--set", "log.progress=lines"};
+  cmd.insert(cmd.end(), extra.begin(), extra.end());
+  return cmd;
+}
+
+std::vector<std::string> launched(int nproc, const std::vector<std::string>& cmd) {
+  std::vector<std::string> l = {test::crucible_binary(), "launch", "--nproc", std::to_string(nproc), "--"};
+  l.insert(l.end(), cmd.begin(), cmd.end());
+  return l;
+}
+
+std::string newest_checkpoint(const std::string& run_dir) {
+  std::string best;
+  for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints")) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("ckpt-", 0) == 0 && n.find(".tmp") == std::string::npos && e.path().string() > best) {
+      best = e.path().string();
+    }
+  }
+  return best;
+}
+
+// Max |a - b| over the model.* float tensors of two checkpoints, parameters only or with the
+// BatchNorm running statistics (Python reads the files).
+double max_param_difference(const std::string& a, const std::string& b, bool with_buffers) {
+  const std::string out = test::run_python(
+      "import json, struct, numpy as np\n"
+      "def read(p):\n"
+      "    b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8+n])\n"
+      "    return {k: np.frombuffer(b[8+n+v['data_offsets'][0]:8+n+v['data_offsets'][1]], np.float32)\n"
+      "            for k, v in h.items() if k.startswith('model.') and v['dtype'] == 'F32'\n"
+      "            and (" + std::string(with_buffers ? "True" : "'running_' not in k") + ")}\n"
+      "x, y = read('" + a + "'), read('" + b + "')\n"
+      "assert x.keys() == y.keys() and len(x) > 10, (len(x), len(y))\n"
+      "print(max(float(np.abs(x[k] - y[k]).max()) for k in x))\n");
+  return std::stod(out);
+}
+
+// M3 acceptance: 2 ranks × batch 128 with dist.bn = sync run the same 50 steps over the same
+// samples as 1 process × 256 (DistributedSampler splits each global batch between the ranks).
+// fp32, no dropout, SGD: the only differences are the order of floating-point sums. (AdamW
+// turns rounding-level gradient differences into lr-sized steps — 1.1e-3 after 50 steps — and
+// so does a large learning rate: training is chaotic; see the closing note of issue 6.) The
+// same 2 ranks with per-rank BatchNorm ("broadcast") must land far outside the tolerance, or
+// the comparison could not tell synchronised statistics from local ones.
+TEST(DistTrain, SyncBatchNormTwoRanksMatchOneProcessM3) {
+  test::TempDir d;
+  const std::initializer_list<std::string> common = {
+      "--set", "train.max_steps=50", "--set", "train.precision=fp32", "--set", "train.channels_last=false",
+      "--set", "model.dropout=0", "--set", "optim.name=sgd", "--set", "data.test_samples=100",
+      "--set", "checkpoint.every_steps=1000"};
+  auto run = [&](const std::string& name, int ranks, const std::string& bn) {
+    std::vector<std::string> cmd = train_cmd(d, name, common);
+    cmd.insert(cmd.end(), {"--set", "dist.bn=" + bn, "--set", "train.batch_size=" + std::to_string(256 / ranks)});
+    const auto r = test::run_command(ranks == 1 ? cmd : launched(ranks, cmd));
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    const std::string ckpt = newest_checkpoint(d.path() + "/" + name);
+    EXPECT_EQ(fs::path(ckpt).filename(), "ckpt-000000050.safetensors");
+    return std::make_pair(r.out, ckpt);
+  };
+  const auto one = run("one", 1, "sync");
+  const auto two = run("two", 2, "sync");
+  const auto local = run("local", 2, "broadcast");
+  expect_contains(two.first, "4 BatchNorm layer(s) take statistics over all 2 ranks (M3)");
+  expect_contains(two.first, "batch 128 per rank × 2 ranks = 256");
+  const double diff = max_param_difference(one.second, two.second, /*with_buffers=*/true);
+  const double sync_params = max_param_difference(one.second, two.second, false);
+  const double local_params = max_param_difference(one.second, local.second, false);
+  std::printf("after 50 steps, max |2 ranks × 128 - 1 × 256|: sync BN %.3g (parameters %.3g), per-rank BN "
+              "parameters %.3g\n", diff, sync_params, local_params);
+  EXPECT_LT(diff, 1e-4);
+  EXPECT_GT(local_params, 10 * sync_params);
+}
+
+// X2/X5: the whole test set on 3 ranks (10000 = 3 × 3333 + 1: the sampler pads 2 samples)
+// gives exactly the single-process accuracy and loss.
+TEST(DistTrain, EvaluationOnThreeRanksEqualsOneProcessX2) {
+  test::TempDir d;
+  const auto r = test::run_command(train_cmd(d, "e", {"--set", "train.max_steps=30", "--set", "data.test_samples=100"}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::vector<std::string> eval = {test::crucible_binary(), "eval", "--set", "run.dir=" + d.path(),
+                                         "--set", "run.name=e", "--set", "data.test_samples=0", "--json"};
+  const auto single = test::run_command(eval);
+  ASSERT_EQ(single.exit_code, 0) << single.out << single.err;
+  const auto three = test::run_command(launched(3, eval));
+  ASSERT_EQ(three.exit_code, 0) << three.out << three.err;
+  auto last_json = [](const std::string& out) {
+    return json::parse(out.substr(out.rfind("\n{") + 1));
+  };
+  const json s = last_json(single.out), t = last_json(three.out);
+  std::printf("test accuracy: 1 process %.4f, 3 ranks %.4f; loss %.17g vs %.17g\n", s["test_acc"].get<double>(),
+              t["test_acc"].get<double>(), s["test_loss"].get<double>(), t["test_loss"].get<double>());
+  EXPECT_EQ(s["test_acc"], t["test_acc"]);
+  EXPECT_NEAR(s["test_loss"].get<double>(), t["test_loss"].get<double>(), 1e-9);
+  EXPECT_EQ(s["params_sha256"], t["params_sha256"]);
+  expect_contains(three.out, "(10000 samples over 3 ranks");
+  EXPECT_EQ(std::count(three.out.begin(), three.out.end(), '{'), 1) << "only rank 0 prints:\n" << three.out;
+}
+
+// X10: SIGKILL to rank 1 in mid-epoch ends the launch within 60 s, non-zero, naming rank 1;
+// the same command again resumes from the last checkpoint and finishes.
+TEST(DistTrain, KilledRankStopsTheLaunchNamingItAndARerunResumesX10) {
+  test::TempDir d;
+  const std::vector<std::string> cmd = launched(
+      2, train_cmd(d, "k", {"--set", "data.train_samples=8192", "--set", "data.test_samples=500", "--set",
+                            "train.epochs=2", "--set", "train.batch_size=64", "--set", "checkpoint.every_steps=10",
+                            "--set", "log.every_steps=10"}));
+  test::Child launch(cmd, d.path());
+  // Rank 1's pid from the launcher's first line; wait until a mid-epoch checkpoint exists.
+  std::smatch m;
+  const std::regex pid_re("rank 1 pid (\\d+)");
+  int pid = -1;
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < std::chrono::seconds(60)) {
+    const std::string out = launch.out() + launch.err();
+    if (pid < 0 && std::regex_search(out, m, pid_re)) pid = std::stoi(m[1]);
+    if (pid > 0 && fs::exists(d.path() + "/k/checkpoints/ckpt-000000020.safetensors")) break;
+    ASSERT_TRUE(launch.running()) << out;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(pid, 0) << launch.out() << launch.err();
+  ASSERT_TRUE(fs::exists(d.path() + "/k/checkpoints/ckpt-000000020.safetensors"));
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  const auto t_kill = Clock::now();
+  const int code = launch.wait();
+  const double secs = std::chrono::duration<double>(Clock::now() - t_kill).count();
+  std::printf("launch exited %d, %.2f s after SIGKILL to rank 1\n", code, secs);
+  EXPECT_NE(code, 0);
+  EXPECT_LT(secs, 60.0);
+  expect_contains(launch.err(), "rank 1");
+  expect_contains(launch.err(), "SIGKILL");
+
+  const auto again = test::run_command(cmd);
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  expect_contains(again.out, "resumed from");
+  EXPECT_EQ(again.out.find("resumed from step 0"), std::string::npos);
+  const json summary = json::parse(test::read_text(d.path() + "/k/summary.json"));
+  EXPECT_EQ(summary["steps"], 2 * 64);  // 8192 / (2 × 64) steps per epoch × 2 epochs
+  EXPECT_EQ(summary["world_size"], 2);
+  EXPECT_GT(summary["test_acc"].get<double>(), 0.6);
+}
+
+}  // namespace
+}  // namespace crucible
