@@ -268,4 +268,24 @@ std::string Comm::broadcast_string(const std::string& key, const std::string& va
   }
 }
 
+void rank0_then_all(Comm* comm, const std::string& what, const std::function<void()>& make) {
+  if (comm == nullptr) {
+    make();
+    return;
+  }
+  std::exception_ptr error;
+  if (comm->rank() == 0) {
+    try {
+      make();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  // The barrier carries rank 0's outcome.
+  at::Tensor failed = at::full({1}, error ? 1.0f : 0.0f, at::TensorOptions().device(comm->device()));
+  comm->all_reduce_sum(failed);
+  if (error) std::rethrow_exception(error);
+  if (failed.item<float>() > 0) throw runtime_error("rank {}: rank 0 failed to {}; see its error", comm->rank(), what);
+}
+
 }  // namespace crucible::dist

@@ -32,10 +32,12 @@ std::string World::describe() const {
 
 World world_from_env(const std::function<const char*(const char*)>& getenv) {
   World w;
+  const char* ws = getenv("WORLD_SIZE");
+  if (ws == nullptr || *ws == '\0') return w;  // not launched: one process
   w.size = int_var(getenv, "WORLD_SIZE", 1, 1);
   w.rank = int_var(getenv, "RANK", 0, 0);
   if (w.rank >= w.size) throw bad_input("RANK={} but WORLD_SIZE={}: a rank must be below the world size", w.rank, w.size);
-  if (!w.distributed()) return World{};
+  w.launched = true;
   for (const char* name : {"RANK", "MASTER_ADDR", "MASTER_PORT"}) {
     const char* v = getenv(name);
     if (v == nullptr || *v == '\0') {

@@ -237,7 +237,7 @@ void Trainer::Impl::join_world() {
   world = dist::world_from_env();
   set_log_rank(world.rank);
   device = compat::resolve_device(job.train.device);
-  if (!world.distributed()) return;
+  if (!world.launched) return;
   if (device.is_cuda()) {
     dist::check_devices(world, compat::cuda_device_count());
     device = c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(world.local_rank));

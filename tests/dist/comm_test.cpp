@@ -13,6 +13,8 @@
 
 #include "crucible/core/compat.h"
 #include "crucible/core/error.h"
+#include "crucible/core/file.h"
+#include "test_util.h"
 #include "crucible/dist/comm.h"
 #include "crucible/dist/grad_sync.h"
 #include "crucible/dist/launch.h"
@@ -214,6 +216,27 @@ TEST(SyncBuffers, BroadcastTakesRankZerosAverageTakesTheMeanM2) {
       const float want_var = policy == "broadcast" ? 4.0f : 6.0f;
       EXPECT_TRUE(at::allclose(bn->running_mean, at::full({3}, want_mean))) << policy;
       EXPECT_TRUE(at::allclose(bn->running_var, at::full({3}, want_var))) << policy;
+    }
+  });
+}
+
+TEST(Comm, RankZeroWritesOnceTheOthersReadAfterX3) {
+  test::TempDir d;
+  const std::string path = d.path() + "/shared.txt";
+  with_ranks(3, [&](int r, Comm& c) {
+    rank0_then_all(&c, "write shared.txt", [&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others must wait
+      write_file_atomic(path, "made by rank 0");
+    });
+    EXPECT_EQ(test::read_text(path), "made by rank 0") << "rank " << r;
+    // A failure on rank 0 reaches every rank.
+    try {
+      rank0_then_all(&c, "make the second file", [] { throw bad_input("disk full"); });
+      ADD_FAILURE() << "rank " << r << " went on";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(r == 0 ? "disk full" : "rank 0 failed to make the second file"),
+                std::string::npos)
+          << e.what();
     }
   });
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -67,5 +68,10 @@ class Comm final : public nn::Collective {
   explicit Comm(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// X3, X8: rank 0 runs `make` (write a file atomically, fetch or unpack something once) while
+// the other ranks wait; then all go on and may read what it made. With no comm (one process)
+// it just runs `make`. When `make` throws on rank 0, the others fail too, naming `what`.
+void rank0_then_all(Comm* comm, const std::string& what, const std::function<void()>& make);
 
 }  // namespace crucible::dist

@@ -1,7 +1,8 @@
 // Where this process stands in a data-parallel job, from the variables torchrun sets (and
 // crucible launch, and SLURM through them): RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT (reference: torch/distributed/run.py). No variables means one
-// process. The device is bound from LOCAL_RANK, never from RANK (T2). Torch-free.
+// MASTER_ADDR, MASTER_PORT (reference: torch/distributed/run.py). No WORLD_SIZE means one
+// process outside any launcher; WORLD_SIZE=1 is a launched job of one (it still joins a process
+// group, as torchrun's single-process DDP does). The device is bound from LOCAL_RANK, never from RANK (T2). Torch-free.
 #pragma once
 
 #include <functional>
@@ -18,6 +19,7 @@ struct World {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
 
+  bool launched = false;     // started by a launcher (WORLD_SIZE set, even to 1): join a process group
   bool distributed() const { return size > 1; }
   bool is_main() const { return rank == 0; }
   // "rank 1 of 4 (local 1 of 2 on node 0), rendezvous 10.0.0.1:29500"
