@@ -26,6 +26,8 @@ const char* rng_stream_name(RngStream stream) {
       return "augment";
     case RngStream::kDropout:
       return "dropout";
+    case RngStream::kScale:
+      return "scale";
   }
   return "?";
 }

@@ -30,6 +30,8 @@ struct FmnistCnnImpl : tnn::Module {
         conv4(tnn::Conv2dOptions(64, 64, 3).padding(1).bias(false)),
         bn4(64),
         fc1(64 * (height / 4) * (width / 4), 256),
+        pooled_height(height / 4),
+        pooled_width(width / 4),
         drop(dropout),
         fc2(256, num_classes) {
     register_module("conv1", conv1);
@@ -53,6 +55,10 @@ struct FmnistCnnImpl : tnn::Module {
     x = F::relu(bn3(conv3(x)), F::ReLUFuncOptions().inplace(true));
     x = F::relu(bn4(conv4(x)), F::ReLUFuncOptions().inplace(true));
     x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2));
+    if (x.size(2) != pooled_height || x.size(3) != pooled_width) {
+      // Another input size (multi-scale training, M4): pooled to the classifier's grid.
+      x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions({pooled_height, pooled_width}));
+    }
     x = x.flatten(1);
     x = F::relu(fc1(x), F::ReLUFuncOptions().inplace(true));
     return fc2(drop(x));
@@ -67,6 +73,7 @@ struct FmnistCnnImpl : tnn::Module {
   tnn::Conv2d conv4;
   nn::BatchNorm2d bn4;
   tnn::Linear fc1;
+  int64_t pooled_height, pooled_width;  // the grid fc1 was built for
   tnn::Dropout drop;
   tnn::Linear fc2;
 };

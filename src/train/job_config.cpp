@@ -74,6 +74,8 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
         "compute precision (bf16/fp16 = autocast mixed precision; auto = the fastest safe one, timed here)")
       .choices({"fp32", "bf16", "fp16", "auto"});
   s.add("train", "channels_last", &j.train.channels_last, "NHWC memory format for activations and weights");
+  s.add("train", "multi_scale", &j.train.multi_scale,
+        "M4: square input sizes, one per step drawn from (seed, step), the same on every rank; [] = off");
   s.add("train", "label_smoothing", &j.train.label_smoothing, "cross-entropy label smoothing").min(0).max(1, true);
   s.add("train", "threads", &j.train.threads, "torch compute threads (0 = all cores available)").non_negative();
   s.add("train", "max_steps", &j.train.max_steps, "stop after this many steps (0 = all epochs)").non_negative();

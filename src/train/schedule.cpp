@@ -1,6 +1,8 @@
 // Schedule formulas; onecycle follows torch/optim/lr_scheduler.py OneCycleLR.get_lr.
 #include "crucible/train/schedule.h"
 
+#include "crucible/core/rng.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -58,6 +60,11 @@ std::string Schedule::describe() const {
                       : "";
   return fmt::format("{} over {} steps: lr {:.3g} → {:.3g} (at {:.0f}%) → {:.3g}{}", opt_.name, total_,
                      peak_ / opt_.div_factor, peak_, 100 * opt_.warmup, peak_ / opt_.div_factor / opt_.final_div_factor, m);
+}
+
+int64_t multi_scale_size(uint64_t seed, int64_t step, const std::vector<int64_t>& sizes) {
+  SampleRng rng(derive_seed(seed, RngStream::kScale), static_cast<uint64_t>(step), 0);
+  return sizes[rng.next_u32() % static_cast<uint32_t>(sizes.size())];
 }
 
 }  // namespace crucible::train

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 
@@ -151,6 +152,7 @@ struct Trainer::Impl {
   std::unique_ptr<dist::GradSync> grad_sync;
   bool stop_agreed = false;  // every rank stops at the same step (SIGINT on any rank)
   nn::LocalCollective local_collective;  // dist.bn = sync in a single process
+  std::vector<int64_t> scales;           // M4: train.multi_scale sizes (empty = off)
   bool main_rank() const { return world.rank == 0; }
 
   Impl(JobConfig j, TrainFlags f) : job(std::move(j)), flags(f) {}
@@ -360,6 +362,17 @@ void Trainer::Impl::build() {
     resolved_channels_last = job.train.channels_last;
   }
   if (resolved_channels_last) nn::to_channels_last(*model);
+  for (double s : job.train.multi_scale) {
+    if (s != std::floor(s) || s < 4 || s > 4096) {
+      throw bad_input("train.multi_scale: {} is not a size in pixels (an integer 4–4096)", s);
+    }
+    scales.push_back(static_cast<int64_t>(s));
+  }
+  if (!scales.empty()) {
+    log_info("multi-scale (M4): each step trains at one of {} px (square), drawn from (seed, step) — the same "
+             "size on every rank at the same step; evaluation at {}x{}",
+             fmt::join(scales, ", "), spec.height, spec.width);
+  }
   input = std::make_unique<data::DeviceInput>(spec, norm, device, resolved_channels_last);
   log_info("input: {}; loader: {}, prefetch {}, bad samples: {}", input->describe(),
            chosen.empty() ? fmt::format("{} thread(s)", loader_threads) : chosen, job.data.prefetch,
@@ -715,8 +728,15 @@ void Trainer::Impl::choose_precision(const data::SamplePipeline& pipeline, const
 // One micro-batch pass over `batch` split into `parts` slices: forward, loss × slice/batch
 // (so gradients equal the full batch's mean), scaled backward, metrics on the device.
 void Trainer::Impl::forward_backward(const data::Batch& batch, int64_t parts, double scale) {
-  const at::Tensor x_all = input->images(batch);
+  at::Tensor x_all = input->images(batch);
   const at::Tensor y_all = input->labels(batch);
+  if (!scales.empty()) {
+    // M4: this step's size, the same on every rank (a function of seed and step).
+    const int64_t size = multi_scale_size(static_cast<uint64_t>(job.run.seed), st.step, scales);
+    if (size != x_all.size(2) || size != x_all.size(3)) {
+      x_all = at::upsample_bilinear2d(x_all, {size, size}, /*align_corners=*/false);
+    }
+  }
   const int64_t n = batch.size();
   for (int64_t p = 0; p < parts; ++p) {
     const int64_t begin = n * p / parts, end = n * (p + 1) / parts;

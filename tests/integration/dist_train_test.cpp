@@ -171,5 +171,21 @@ TEST(DistTrain, KilledRankStopsTheLaunchNamingItAndARerunResumesX10) {
   EXPECT_GT(summary["test_acc"].get<double>(), 0.6);
 }
 
+// M4: multi-scale training on 2 ranks runs each step at the size drawn from (seed, step), then
+// evaluates at the data's size; the replicas agree at the checkpoint (compared by the trainer).
+TEST(DistTrain, MultiScaleTrainsOnTwoRanksM4) {
+  test::TempDir d;
+  const auto r = test::run_command(launched(
+      2, train_cmd(d, "ms", {"--set", "train.multi_scale=[20, 28, 36]", "--set", "train.max_steps=30", "--set",
+                             "data.test_samples=500", "--set", "train.batch_size=64"})));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  expect_contains(r.out, "multi-scale (M4): each step trains at one of 20, 28, 36 px");
+  const json s = json::parse(test::read_text(d.path() + "/ms/summary.json"));
+  EXPECT_GT(s["test_acc"].get<double>(), 0.5);
+  const auto bad = test::run_command(train_cmd(d, "bad", {"--set", "train.multi_scale=[2.5]"}));
+  EXPECT_EQ(bad.exit_code, 2);
+  expect_contains(bad.err, "train.multi_scale: 2.5");
+}
+
 }  // namespace
 }  // namespace crucible

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <sstream>
 
 #include "crucible/core/error.h"
@@ -51,6 +53,30 @@ TEST(Schedule, RejectsNoRisingPhase) {
   o.warmup = 0.01;
   EXPECT_THROW(Schedule(o, 1.0, 0.9, 50), Error);
   EXPECT_THROW(Schedule(ScheduleOptions{}, 1.0, 0.9, 0), Error);
+}
+
+}  // namespace
+}  // namespace crucible::train
+
+namespace crucible::train {
+namespace {
+
+// M4: a step's size is a function of (seed, step) alone — what every rank computes for itself,
+// and what a resumed run computes again — and uses every size about equally.
+TEST(MultiScale, SizeIsAFunctionOfSeedAndStepM4) {
+  const std::vector<int64_t> sizes = {24, 28, 32};
+  std::map<int64_t, int> count;
+  int differs = 0;
+  for (int64_t step = 0; step < 3000; ++step) {
+    const int64_t s = multi_scale_size(7, step, sizes);
+    EXPECT_EQ(s, multi_scale_size(7, step, sizes));  // another rank, or after a resume
+    ++count[s];
+    differs += s != multi_scale_size(8, step, sizes);
+  }
+  ASSERT_EQ(count.size(), 3u);
+  for (const auto& [size, n] : count) EXPECT_NEAR(n, 1000, 120) << size;
+  EXPECT_GT(differs, 1500);  // another seed, another sequence
+  EXPECT_EQ(multi_scale_size(7, 5, {40}), 40);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ enum class RngStream : uint32_t {
   kSampler = 2,  // shuffling order per epoch
   kAugment = 3,  // per-sample augmentation
   kDropout = 4,  // dropout and other in-model randomness (torch's CPU generator)
+  kScale = 5,    // multi-scale training: the input size of each step (M4)
 };
 
 const char* rng_stream_name(RngStream stream);

@@ -69,6 +69,9 @@ struct TrainSection {
   std::string matmul_precision = "high";  // T5: float32 matmul precision: "highest" | "high" | "medium"
   bool sync_debug = false;     // T14: synchronise after every kernel (CUDA_LAUNCH_BLOCKING=1)
   bool release_cache = true;   // T13: release cached device memory at every epoch end
+  // M4: input sizes (square) to train at, one per step drawn from (seed, step) — the same on
+  // every rank; empty = the data's own size. Evaluation uses the data's size.
+  std::vector<double> multi_scale;
 };
 
 struct CheckpointSection {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace crucible::train {
 
@@ -18,6 +19,11 @@ struct ScheduleOptions {
   double base_momentum = 0.85;
   double max_momentum = 0.95;
 };
+
+// M4: the input size of step `step` of a multi-scale run — a pure function of (seed, step), so
+// every rank trains the same size at the same step without talking, and a resumed run draws
+// what the uninterrupted one drew. `sizes` must not be empty.
+int64_t multi_scale_size(uint64_t seed, int64_t step, const std::vector<int64_t>& sizes);
 
 class Schedule {
  public:
