@@ -106,14 +106,25 @@ std::vector<at::Tensor> grads_of(torch::nn::Module& m) {
   return g;
 }
 
+// One process's gradients of the mean loss over 16 samples, the reference of the tests below.
+struct WholeBatch {
+  explicit WholeBatch(uint64_t data_seed) {
+    compat::seed_cpu_generator(data_seed);
+    x = at::randn({16, 8});
+    y = at::randint(0, 3, {16}, at::kLong);
+    at::cross_entropy_loss(model.forward(x), y).backward();
+    grads = grads_of(model);
+  }
+  at::Tensor x, y;
+  Mlp model;
+  std::vector<at::Tensor> grads;
+};
+
 TEST(GradSync, TwoRanksAverageToTheWholeBatchGradient) {
-  compat::seed_cpu_generator(7);
-  const at::Tensor x = at::randn({16, 8});
-  const at::Tensor y = at::randint(0, 3, {16}, at::kLong);
-  compat::seed_cpu_generator(1);
-  Mlp whole;
-  at::cross_entropy_loss(whole.forward(x), y).backward();
-  const auto expected = grads_of(whole);
+  WholeBatch w(7);
+  const at::Tensor &x = w.x, &y = w.y;
+  Mlp& whole = w.model;
+  const auto& expected = w.grads;
 
   with_ranks(2, [&](int r, Comm& c) {
     Mlp m;  // each rank's own initialisation, then rank 0's weights everywhere
@@ -134,13 +145,10 @@ TEST(GradSync, TwoRanksAverageToTheWholeBatchGradient) {
 }
 
 TEST(GradSync, AccumulationCommunicatesOnlyOnTheLastMicroBatchM5) {
-  compat::seed_cpu_generator(3);
-  const at::Tensor x = at::randn({16, 8});
-  const at::Tensor y = at::randint(0, 3, {16}, at::kLong);
-  compat::seed_cpu_generator(1);
-  Mlp whole;
-  at::cross_entropy_loss(whole.forward(x), y).backward();
-  const auto expected = grads_of(whole);
+  WholeBatch w(3);
+  const at::Tensor &x = w.x, &y = w.y;
+  Mlp& whole = w.model;
+  const auto& expected = w.grads;
 
   with_ranks(2, [&](int r, Comm& c) {
     Mlp m;
