@@ -173,6 +173,7 @@ TEST(DistTrain, KilledRankStopsTheLaunchNamingItAndARerunResumesX10) {
 
 // M4: multi-scale training on 2 ranks runs each step at the size drawn from (seed, step), then
 // evaluates at the data's size; the replicas agree at the checkpoint (compared by the trainer).
+// Also law 4: only rank 0 prints and writes (X6–X8).
 TEST(DistTrain, MultiScaleTrainsOnTwoRanksM4) {
   test::TempDir d;
   const auto r = test::run_command(launched(
@@ -182,6 +183,16 @@ TEST(DistTrain, MultiScaleTrainsOnTwoRanksM4) {
   expect_contains(r.out, "multi-scale (M4): each step trains at one of 20, 28, 36 px");
   const json s = json::parse(test::read_text(d.path() + "/ms/summary.json"));
   EXPECT_GT(s["test_acc"].get<double>(), 0.5);
+  // Law 4 (X6–X8): one rank printed, drew progress and wrote the run folder.
+  auto count = [](const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(r.out, "eval after step 30"), 1u) << r.out;
+  EXPECT_EQ(count(r.out + r.err, "[rank 1]"), 0u) << r.out << r.err;
+  EXPECT_EQ(count(test::read_text(d.path() + "/ms/metrics.jsonl"), "\"type\":\"eval\""), 1u);
+  EXPECT_EQ(count(test::read_text(d.path() + "/ms/train.log"), "eval after step 30"), 1u);
   const auto bad = test::run_command(train_cmd(d, "bad", {"--set", "train.multi_scale=[2.5]"}));
   EXPECT_EQ(bad.exit_code, 2);
   expect_contains(bad.err, "train.multi_scale: 2.5");
