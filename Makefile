@@ -54,6 +54,7 @@ test-tsan: setup $(TSAN_DIR)/build.ninja
 bench: build
 	@bench/fmnist_vs_pytorch
 	@bench/loader_vs_pytorch
+	@bench/ddp_vs_pytorch
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_DIR) $(TSAN_DIR)
