@@ -171,6 +171,40 @@ TEST(DistTrain, KilledRankStopsTheLaunchNamingItAndARerunResumesX10) {
   EXPECT_GT(summary["test_acc"].get<double>(), 0.6);
 }
 
+// No hangs: a rank that stops answering (SIGSTOP: alive, silent) makes the others fail once
+// dist.timeout_s has passed, naming it; the launch then ends, non-zero.
+TEST(DistTrain, HungRankIsNamedOnceTheTimeoutPassesX10) {
+  test::TempDir d;
+  std::vector<std::string> cmd = {test::crucible_binary(), "launch", "--nproc", "2", "--grace", "2", "--"};
+  for (const auto& a : train_cmd(d, "h", {"--set", "dist.timeout_s=5", "--set", "data.train_samples=20000", "--set",
+                                          "train.batch_size=32", "--set", "data.test_samples=100"})) {
+    cmd.push_back(a);
+  }
+  test::Child launch(cmd, d.path());
+  std::smatch m;
+  const std::regex pid_re("rank 1 pid (\\d+)");
+  int pid = -1;
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < std::chrono::seconds(60)) {
+    const std::string out = launch.out();
+    if (pid < 0 && std::regex_search(out, m, pid_re)) pid = std::stoi(m[1]);
+    if (pid > 0 && fs::exists(d.path() + "/h/checkpoints/ckpt-000000100.safetensors")) break;
+    ASSERT_TRUE(launch.running()) << out << launch.err();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  const auto t_stop = Clock::now();
+  const int code = launch.wait();
+  const double secs = std::chrono::duration<double>(Clock::now() - t_stop).count();
+  std::printf("launch exited %d, %.1f s after SIGSTOP to rank 1 (timeout 5 s, grace 2 s)\n", code, secs);
+  EXPECT_NE(code, 0);
+  EXPECT_GE(secs, 4.5);  // the timeout, not an earlier guess
+  EXPECT_LT(secs, 30.0);
+  expect_contains(launch.err(), "rank 1 stopped answering");
+  expect_contains(launch.err(), "Timed out");
+}
+
 // M4: multi-scale training on 2 ranks runs each step at the size drawn from (seed, step), then
 // evaluates at the data's size; the replicas agree at the checkpoint (compared by the trainer).
 // Also law 4: only rank 0 prints and writes (X6–X8).
