@@ -171,6 +171,23 @@ TEST(DistTrain, KilledRankStopsTheLaunchNamingItAndARerunResumesX10) {
   EXPECT_GT(summary["test_acc"].get<double>(), 0.6);
 }
 
+// Bucketing is a schedule, not a result: one bucket or several (launched while backward runs)
+// give bit-identical weights, and so does a second run (law 1 under data parallel).
+TEST(DistTrain, BucketSizeChangesNothingInTheResult) {
+  test::TempDir d;
+  auto digest = [&](const std::string& name, const std::string& mb) {
+    const auto r = test::run_command(launched(
+        2, train_cmd(d, name, {"--set", "train.max_steps=20", "--set", "data.test_samples=100", "--set",
+                               "dist.bucket_mb=" + mb})));
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    expect_contains(r.out, "gradient sync: ");
+    return json::parse(test::read_text(d.path() + "/" + name + "/summary.json"))["params_sha256"].get<std::string>();
+  };
+  const std::string one = digest("one_bucket", "25"), three = digest("three_buckets", "0.25");
+  EXPECT_EQ(one, three);
+  EXPECT_EQ(digest("again", "25"), one);
+}
+
 // No hangs: a rank that stops answering (SIGSTOP: alive, silent) makes the others fail once
 // dist.timeout_s has passed, naming it; the launch then ends, non-zero.
 TEST(DistTrain, HungRankIsNamedOnceTheTimeoutPassesX10) {
