@@ -79,3 +79,33 @@ try:
     put("pt", "dtypes.pt", b.getvalue())
 except ImportError:
     sys.exit("python3-torch is needed for the pt corpus")
+
+# tar (WebDataset shards) and packed index seeds (the packed fuzzer provides the shard files).
+def tar_bytes(members):
+    import tarfile
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return b.getvalue()
+
+png1 = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010800000000"
+                     "3a7e9b550000000a49444154789c63600000000200015e2d2b8b0000000049454e44ae426082")
+put("tar", "two.tar", tar_bytes([("a/000.png", png1), ("a/000.cls", b"1"), ("a/001.jpg", b"\xff\xd8\xff\xd9"),
+                                 ("a/001.label.txt", b"0\n")]))
+put("tar", "nolabel.tar", tar_bytes([("x.png", png1), ("readme.txt", b"hello")]))
+
+def packed_index(records, classes=("a", "b"), shards=("shard-00000.bin",), align=4096, mode="copy"):
+    header = json.dumps({"version": 1, "classes": list(classes), "samples": len(records), "shards": list(shards),
+                         "align": align, "mode": mode}).encode()
+    out = b"CRPKIDX1" + struct.pack("<Q", len(header)) + header
+    for shard, size, offset, label in records:
+        out += struct.pack("<IIQq", shard, size, offset, label)
+    return out
+
+put("packed", "two.crpk", packed_index([(0, 100, 0, 0), (0, 50, 4096, 1)]))
+put("packed", "empty.crpk", packed_index([]))
+put("packed", "two_shards.crpk", packed_index([(1, 0, 0, -1), (0, 8192, 0, 1)], shards=("shard-00000.bin", "shard-00001.bin"),
+                                              align=64))
