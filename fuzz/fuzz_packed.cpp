@@ -21,17 +21,29 @@ void write(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::fclose(f);
 }
 
+std::string& dir() {
+  static std::string d;
+  return d;
+}
+
 const std::string& scratch() {
-  static const std::string dir = [] {
+  static const std::string made = [] {
     char tmpl[] = "/tmp/fuzz_packed.XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) std::abort();
+    dir() = tmpl;  // constructed before the handler is registered, so destroyed after it runs
+    std::atexit([] {  // leave nothing behind in /tmp
+      std::remove((dir() + "/index.crpk").c_str());
+      std::remove((dir() + "/shard-00000.bin").c_str());
+      std::remove((dir() + "/shard-00001.bin").c_str());
+      ::rmdir(dir().c_str());
+    });
     std::vector<uint8_t> shard(8192);
     for (size_t i = 0; i < shard.size(); ++i) shard[i] = static_cast<uint8_t>(i * 7 + 3);
     write(std::string(tmpl) + "/shard-00000.bin", shard);
     write(std::string(tmpl) + "/shard-00001.bin", {});
     return std::string(tmpl);
   }();
-  return dir;
+  return made;
 }
 
 }  // namespace

@@ -13,13 +13,24 @@
 
 namespace {
 
+std::string& dir() {
+  static std::string d;
+  return d;
+}
+
 const std::string& scratch() {
-  static const std::string dir = [] {
+  static const std::string made = [] {
     char tmpl[] = "/tmp/fuzz_tar.XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) std::abort();
+    dir() = tmpl;  // constructed before the handler is registered, so destroyed after it runs
+    std::atexit([] {  // leave nothing behind in /tmp
+      std::remove((dir() + "/shard.tar").c_str());
+      std::remove((dir() + "/shard.tar.idx").c_str());
+      ::rmdir(dir().c_str());
+    });
     return std::string(tmpl);
   }();
-  return dir;
+  return made;
 }
 
 struct Seen {
