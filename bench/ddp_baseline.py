@@ -23,7 +23,7 @@ from torch.utils.data.distributed import DistributedSampler
 from torchvision import datasets, transforms
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fmnist_baseline import FmnistCnn, torchvision_root  # noqa: E402
+from fmnist_baseline import FmnistCnn, recipe, torchvision_root  # noqa: E402
 
 
 def main():
@@ -48,13 +48,7 @@ def main():
 
     model = FmnistCnn().to(memory_format=torch.channels_last)
     model = nn.parallel.DistributedDataParallel(model)
-    decay = [p for p in model.parameters() if p.dim() > 1]
-    no_decay = [p for p in model.parameters() if p.dim() <= 1]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=2e-3)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=2e-3, total_steps=args.epochs * len(loader),
-                                                pct_start=0.3)
-    crit = nn.CrossEntropyLoss(label_smoothing=0.1)
+    opt, sched, crit = recipe(model, args.epochs * len(loader))
     step, samples, seconds = 0, 0, 0.0
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)

@@ -65,6 +65,17 @@ def torchvision_root():
     return root
 
 
+def recipe(model, total_steps):
+    """The default job's optimizer, schedule and loss: AdamW lr 2e-3, weight decay 5e-4 except on
+    biases and normalisation weights (T4, as crucible's default), OneCycleLR, label smoothing 0.1."""
+    decay = [p for p in model.parameters() if p.dim() > 1]
+    no_decay = [p for p in model.parameters() if p.dim() <= 1]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=2e-3)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=2e-3, total_steps=total_steps, pct_start=0.3)
+    return opt, sched, nn.CrossEntropyLoss(label_smoothing=0.1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
@@ -92,14 +103,7 @@ def main():
 
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = FmnistCnn().to(memory_format=fmt)
-    # As crucible's default (T4): no weight decay on biases and normalisation weights.
-    decay = [p for p in model.parameters() if p.dim() > 1]
-    no_decay = [p for p in model.parameters() if p.dim() <= 1]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=2e-3)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=2e-3, total_steps=args.epochs * len(train_loader),
-                                                pct_start=0.3)
-    crit = nn.CrossEntropyLoss(label_smoothing=0.1)
+    opt, sched, crit = recipe(model, args.epochs * len(train_loader))
     amp = args.precision == "bf16"
 
     train_seconds = 0.0

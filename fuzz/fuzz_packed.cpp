@@ -2,8 +2,6 @@
 // The input is the index; beside it in a private scratch folder lie two fixed shard files
 // ("shard-00000.bin", 8 KiB, and an empty "shard-00001.bin") that records may point into.
 // Every sample the index admits is read whole.
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -12,45 +10,18 @@
 #include "crucible/data/sample_source.h"
 #include "fuzz_common.h"
 
-namespace {
-
-void write(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) std::abort();
-  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) std::abort();
-  std::fclose(f);
-}
-
-std::string& dir() {
-  static std::string d;
-  return d;
-}
-
-const std::string& scratch() {
-  static const std::string made = [] {
-    char tmpl[] = "/tmp/fuzz_packed.XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) std::abort();
-    dir() = tmpl;  // constructed before the handler is registered, so destroyed after it runs
-    std::atexit([] {  // leave nothing behind in /tmp
-      std::remove((dir() + "/index.crpk").c_str());
-      std::remove((dir() + "/shard-00000.bin").c_str());
-      std::remove((dir() + "/shard-00001.bin").c_str());
-      ::rmdir(dir().c_str());
-    });
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const ScratchDir scratch("fuzz_packed", {"index.crpk", "shard-00000.bin", "shard-00001.bin"});
+  static const bool shards_written = [] {
     std::vector<uint8_t> shard(8192);
     for (size_t i = 0; i < shard.size(); ++i) shard[i] = static_cast<uint8_t>(i * 7 + 3);
-    write(std::string(tmpl) + "/shard-00000.bin", shard);
-    write(std::string(tmpl) + "/shard-00001.bin", {});
-    return std::string(tmpl);
+    write_fuzz_file(scratch.path("shard-00000.bin"), shard.data(), shard.size());
+    write_fuzz_file(scratch.path("shard-00001.bin"), nullptr, 0);
+    return true;
   }();
-  return made;
-}
-
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string index = scratch() + "/index.crpk";
-  write(index, std::vector<uint8_t>(data, data + size));
+  (void)shards_written;
+  const std::string index = scratch.path("index.crpk");
+  write_fuzz_file(index, data, size);
   return fuzz_one([&] {
     auto src = crucible::data::open_packed(index);
     uint64_t sum = 0;

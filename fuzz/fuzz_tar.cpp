@@ -2,8 +2,6 @@
 // "<shard>.idx" sidecar it writes and reads back. The input is written as a shard in a private
 // scratch folder (the source maps files by path); every sample found is read whole. Invariant:
 // a second open, which takes the sidecar the first one wrote, finds exactly the same samples.
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -12,26 +10,6 @@
 #include "fuzz_common.h"
 
 namespace {
-
-std::string& dir() {
-  static std::string d;
-  return d;
-}
-
-const std::string& scratch() {
-  static const std::string made = [] {
-    char tmpl[] = "/tmp/fuzz_tar.XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) std::abort();
-    dir() = tmpl;  // constructed before the handler is registered, so destroyed after it runs
-    std::atexit([] {  // leave nothing behind in /tmp
-      std::remove((dir() + "/shard.tar").c_str());
-      std::remove((dir() + "/shard.tar.idx").c_str());
-      ::rmdir(dir().c_str());
-    });
-    return std::string(tmpl);
-  }();
-  return made;
-}
 
 struct Seen {
   int64_t size = 0;
@@ -54,12 +32,10 @@ Seen read_all(const crucible::data::SampleSource& src) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string shard = scratch() + "/shard.tar";
+  static const ScratchDir scratch("fuzz_tar", {"shard.tar", "shard.tar.idx"});
+  const std::string shard = scratch.path("shard.tar");
   std::remove((shard + ".idx").c_str());
-  std::FILE* f = std::fopen(shard.c_str(), "wb");
-  if (f == nullptr) std::abort();
-  if (size > 0 && std::fwrite(data, 1, size, f) != size) std::abort();
-  std::fclose(f);
+  write_fuzz_file(shard, data, size);
   return fuzz_one([&] {
     const Seen first = read_all(*crucible::data::open_tar_shards({shard}));
     const Seen again = read_all(*crucible::data::open_tar_shards({shard}));  // from the sidecar

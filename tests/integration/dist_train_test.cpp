@@ -51,6 +51,22 @@ std::string newest_checkpoint(const std::string& run_dir) {
   return best;
 }
 
+// Rank 1's pid, read from the launcher's first line, once `checkpoint` exists (the run is in
+// mid-epoch); -1 when the launch ended or 60 s passed first.
+int rank1_pid_once(test::Child& launch, const std::string& checkpoint) {
+  const std::regex pid_re("rank 1 pid (\\d+)");
+  std::smatch m;
+  int pid = -1;
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < std::chrono::seconds(60) && launch.running()) {
+    const std::string out = launch.out();
+    if (pid < 0 && std::regex_search(out, m, pid_re)) pid = std::stoi(m[1]);
+    if (pid > 0 && fs::exists(checkpoint)) return pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return -1;
+}
+
 // Max |a - b| over the model.* float tensors of two checkpoints, parameters only or with the
 // BatchNorm running statistics (Python reads the files).
 double max_param_difference(const std::string& a, const std::string& b, bool with_buffers) {
@@ -137,20 +153,8 @@ TEST(DistTrain, KilledRankStopsTheLaunchNamingItAndARerunResumesX10) {
                             "train.epochs=2", "--set", "train.batch_size=64", "--set", "checkpoint.every_steps=10",
                             "--set", "log.every_steps=10"}));
   test::Child launch(cmd, d.path());
-  // Rank 1's pid from the launcher's first line; wait until a mid-epoch checkpoint exists.
-  std::smatch m;
-  const std::regex pid_re("rank 1 pid (\\d+)");
-  int pid = -1;
-  const auto t0 = Clock::now();
-  while (Clock::now() - t0 < std::chrono::seconds(60)) {
-    const std::string out = launch.out() + launch.err();
-    if (pid < 0 && std::regex_search(out, m, pid_re)) pid = std::stoi(m[1]);
-    if (pid > 0 && fs::exists(d.path() + "/k/checkpoints/ckpt-000000020.safetensors")) break;
-    ASSERT_TRUE(launch.running()) << out;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const int pid = rank1_pid_once(launch, d.path() + "/k/checkpoints/ckpt-000000020.safetensors");
   ASSERT_GT(pid, 0) << launch.out() << launch.err();
-  ASSERT_TRUE(fs::exists(d.path() + "/k/checkpoints/ckpt-000000020.safetensors"));
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   const auto t_kill = Clock::now();
   const int code = launch.wait();
@@ -198,18 +202,8 @@ TEST(DistTrain, HungRankIsNamedOnceTheTimeoutPassesX10) {
     cmd.push_back(a);
   }
   test::Child launch(cmd, d.path());
-  std::smatch m;
-  const std::regex pid_re("rank 1 pid (\\d+)");
-  int pid = -1;
-  const auto t0 = Clock::now();
-  while (Clock::now() - t0 < std::chrono::seconds(60)) {
-    const std::string out = launch.out();
-    if (pid < 0 && std::regex_search(out, m, pid_re)) pid = std::stoi(m[1]);
-    if (pid > 0 && fs::exists(d.path() + "/h/checkpoints/ckpt-000000100.safetensors")) break;
-    ASSERT_TRUE(launch.running()) << out << launch.err();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_GT(pid, 0);
+  const int pid = rank1_pid_once(launch, d.path() + "/h/checkpoints/ckpt-000000100.safetensors");
+  ASSERT_GT(pid, 0) << launch.out() << launch.err();
   ASSERT_EQ(::kill(pid, SIGSTOP), 0);
   const auto t_stop = Clock::now();
   const int code = launch.wait();
