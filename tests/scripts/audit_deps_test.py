@@ -1,0 +1,124 @@
+#!/usr/bin/python3
+"""scripts/audit-deps can fail: what it must report on a tree that lacks a package.
+
+Run by CTest (DependencyAudit.*) with the build folder: the build itself must pass the audit
+(that is the test DependencyAudit.Build); here each case breaks one thing — a header that no
+package owns, a package dropped from a copy of scripts/setup, a Python module installed by
+hand — and asserts the report names it, its owner and the fix. To add a case: write a method
+that runs audit() with a broken input and asserts on the exit code and the message.
+
+    tests/scripts/audit_deps_test.py --build build [unittest options]
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+AUDIT = os.path.join(ROOT, "scripts", "audit-deps")
+BUILD = None
+
+
+def audit(*args, env=None):
+    r = subprocess.run(["/usr/bin/python3", AUDIT, *args], capture_output=True, text=True, env=env, timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+def setup_without(tmp, package):
+    """A copy of scripts/setup with `package` taken out of its list."""
+    with open(os.path.join(ROOT, "scripts", "setup"), encoding="utf-8") as f:
+        text = f.read()
+    head, sep, rest = text.partition("packages=(")
+    body, close, tail = rest.partition("\n)")
+    new_body = re.sub(rf"(?<![\w.+-]){re.escape(package)}(?![\w.+-])", "", body)
+    assert new_body != body, f"{package} is not in scripts/setup"
+    path = os.path.join(tmp, "setup")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(head + sep + new_body + close + tail)
+    return path
+
+
+def build_read(prefix):
+    """True if the build read a header under `prefix` (ninja's dependency records)."""
+    r = subprocess.run(["ninja", "-C", BUILD, "-t", "deps"], capture_output=True, text=True)
+    return any(l.strip().startswith(prefix) for l in r.stdout.splitlines())
+
+
+class DependencyAudit(unittest.TestCase):
+    def test_a_header_owned_by_no_package_is_reported(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fake = os.path.join(tmp, "include", "fake_dependency.h")
+            os.makedirs(os.path.dirname(fake))
+            with open(fake, "w") as f:
+                f.write("#pragma once\n")
+            rc, out = audit("--no-build", "--header", fake, "--header", "/usr/include/zlib.h")
+            self.assertEqual(rc, 1, out)
+            self.assertIn(fake, out)
+            self.assertIn("owned by no Debian package", out)
+            self.assertNotIn("zlib.h", out)  # zlib1g-dev is listed: not reported
+            # The same header alone in a build-like list passes once it is gone from the inputs.
+            rc, out = audit("--no-build", "--header", "/usr/include/zlib.h")
+            self.assertEqual(rc, 0, out)
+
+    def test_a_package_dropped_from_setup_is_named_with_its_headers(self):
+        # libgloo-dev: libtorch-dev does not pull it in; the torch build reads its headers
+        # through c10d (this is the defect a fresh machine showed). The torch-free builds read
+        # libspng-dev's header instead.
+        package, prefix = ("libgloo-dev", "/usr/include/gloo/") if build_read("/usr/include/gloo/") else \
+                          ("libspng-dev", "/usr/include/spng.h")
+        self.assertTrue(build_read(prefix), f"the build read nothing under {prefix}")
+        with tempfile.TemporaryDirectory() as tmp:
+            rc, out = audit("--build", BUILD, "--setup", setup_without(tmp, package), "--no-python")
+            self.assertEqual(rc, 1, out)
+            self.assertIn(f"from Debian package {package} (dpkg -S)", out)
+            self.assertIn(f"add {package} to", out)
+            self.assertRegex(out, r"header " + re.escape(prefix))
+        rc, out = audit("--build", BUILD, "--no-python")
+        self.assertEqual(rc, 0, out)
+
+    def test_a_library_from_a_dropped_package_is_named(self):
+        # Every build's programs load libspng (libspng0, pulled in by libspng-dev alone).
+        with tempfile.TemporaryDirectory() as tmp:
+            rc, out = audit("--build", BUILD, "--setup", setup_without(tmp, "libspng-dev"), "--no-python")
+            self.assertEqual(rc, 1, out)
+            self.assertRegex(out, r"library \S*/libspng\.so\S* \(loaded by \S+\)")
+            self.assertIn("from Debian package libspng0 (dpkg -S)", out)
+            self.assertIn("header /usr/include/spng.h", out)
+
+    def test_a_python_module_installed_by_hand_is_reported(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            site = os.path.join(tmp, "site")
+            os.makedirs(site)
+            with open(os.path.join(site, "handmade_module.py"), "w") as f:
+                f.write("X = 1\n")
+            user = os.path.join(tmp, "uses.py")
+            with open(user, "w") as f:
+                f.write("import numpy as np, handmade_module\nfrom no_such_module_anywhere import y\n")  # audit-deps: ignore
+            env = dict(os.environ, PYTHONPATH=site)
+            rc, out = audit("--no-build", "--python-file", user, env=env)
+            self.assertEqual(rc, 1, out)
+            self.assertIn(os.path.join(site, "handmade_module.py"), out)
+            self.assertIn("'no_such_module_anywhere'", out)
+            self.assertNotIn("numpy", out)  # python3-numpy is listed
+
+    def test_the_tree_imports_are_found(self):
+        # The tests' inline Python (C++ strings) and the benchmarks are scanned: numpy, torch,
+        # torchvision and PIL must be among the modules checked.
+        rc, out = audit("--no-build", "--python-file", os.path.join(ROOT, "bench", "fmnist_baseline.py"), "-v")
+        self.assertEqual(rc, 0, out)
+        m = re.search(r"(\d+) Python modules", out)
+        self.assertIsNotNone(m, out)
+        self.assertGreaterEqual(int(m.group(1)), 5, out)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if "--build" in args:
+        i = args.index("--build")
+        BUILD = os.path.abspath(args[i + 1])
+        del args[i:i + 2]
+    if BUILD is None:
+        sys.exit("usage: audit_deps_test.py --build DIR [unittest options]")
+    unittest.main(argv=[sys.argv[0]] + args)
