@@ -2,6 +2,7 @@
 // io layer (io/tensor_file.h), which holds all the logic.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ struct IoArgs {
   bool json = false, stats = false, compress = false;
   std::string delimiter, comments = "#", usecols, fmt = "%.18e";
   int64_t skip_rows = 0;
+  uint64_t memory_budget_mb = 0;  // 0: io's default, half the physical memory
 };
 
 // Registers the subcommands on `app`; the returned pointers tell which one was parsed.

@@ -1,7 +1,14 @@
 // tune_host_allocator: glibc mallopt (no other allocator needed; tcmalloc measured the same).
+// physical_memory_bytes: sysconf. MemoryBudget: a running total checked before each allocation.
 #include "crucible/core/memory.h"
 
+#include <unistd.h>
+
 #include <cstddef>  // defines __GLIBC__ on glibc systems
+
+#include <fmt/format.h>
+
+#include "crucible/core/error.h"
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -19,6 +26,40 @@ bool tune_host_allocator() {
 #else
   return false;
 #endif
+}
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
+
+uint64_t default_memory_budget() {
+  const uint64_t phys = physical_memory_bytes();
+  return phys > 0 ? phys / 2 : uint64_t{4} << 30;
+}
+
+std::string human_bytes(uint64_t b) {
+  constexpr uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
+  if (b < 10 * kKiB) return fmt::format("{} bytes", b);
+  if (b < 10 * kMiB) return fmt::format("{} KiB", (b + kKiB / 2) / kKiB);
+  if (b < kGiB) return fmt::format("{:.1f} MiB", static_cast<double>(b) / kMiB);
+  return fmt::format("{:.1f} GiB", static_cast<double>(b) / kGiB);
+}
+
+MemoryBudget::MemoryBudget(uint64_t limit_bytes) : limit_(limit_bytes != 0 ? limit_bytes : default_memory_budget()) {}
+
+void MemoryBudget::take(uint64_t bytes, uint64_t compressed_bytes, const std::string& what) {
+  if (bytes <= limit_ && used_ <= limit_ - bytes) {
+    used_ += bytes;
+    return;
+  }
+  const std::string earlier =
+      used_ > 0 ? fmt::format(" with {} bytes already inflated by this read", used_) : std::string();
+  throw bad_input("{} inflates to {} bytes ({}) from {} compressed, over the memory budget of {} bytes ({}){}; raise "
+                  "it with --memory-budget-mb",
+                  what, bytes, human_bytes(bytes), human_bytes(compressed_bytes), limit_, human_bytes(limit_), earlier);
 }
 
 }  // namespace crucible

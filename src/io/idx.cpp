@@ -1,4 +1,4 @@
-// IDX reader and writer on zlib (gzread reads gzip and plain files alike).
+// IDX reader and writer on zlib: the header alone (inspect) or the whole array (gzip or plain).
 #include "crucible/io/idx.h"
 
 #include <zlib.h>
@@ -10,6 +10,7 @@
 
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
+#include "crucible/core/memory.h"
 #include "crucible/core/mmap.h"
 
 namespace crucible::io {
@@ -116,13 +117,14 @@ size_t gunzip(const uint8_t* data, size_t size, uint8_t* out, size_t out_size, b
 
 bool is_gzip(const uint8_t* data, size_t size) { return size >= 2 && data[0] == 0x1f && data[1] == 0x8b; }
 
-IdxArray parse_idx(const uint8_t* data, size_t size, const std::string& path) {
-  const bool compressed = is_gzip(data, size);
+IdxHeader parse_idx_header(const uint8_t* data, size_t size, const std::string& path) {
+  IdxHeader out;
+  out.gzip = is_gzip(data, size);
   // The header: at most 4 + 4 * 255 bytes.
   uint8_t head[4 + 4 * 255];
   size_t head_n;
   bool more = false;
-  if (compressed) {
+  if (out.gzip) {
     head_n = gunzip(data, size, head, sizeof(head), &more, path);
   } else {
     head_n = std::min(size, sizeof(head));
@@ -133,47 +135,60 @@ IdxArray parse_idx(const uint8_t* data, size_t size, const std::string& path) {
     throw bad_input("{}: byte 0: not an IDX file: expected magic 00 00 <type> <ndim>, found {:02x} {:02x} {:02x} {:02x}",
                     path, head[0], head[1], head[2], head[3]);
   }
-  IdxArray out;
   out.dtype = idx_dtype(head[2], path);
   const int ndim = head[3];
   if (ndim == 0) throw bad_input("{}: byte 3: IDX declares 0 dimensions", path);
-  const size_t header = 4 + 4 * static_cast<size_t>(ndim);
-  if (head_n < header) {
+  out.header_bytes = 4 + 4 * static_cast<uint64_t>(ndim);
+  if (head_n < out.header_bytes) {
     throw bad_input("{}: truncated IDX header: {} dimensions need {} bytes after the magic, found {}", path, ndim,
-                    header - 4, head_n - 4);
+                    out.header_bytes - 4, head_n - 4);
   }
   for (int i = 0; i < ndim; ++i) out.shape.push_back(be32(&head[4 + 4 * i]));
-  const uint64_t nbytes = checked_nbytes(out.shape.data(), out.shape.size(), out.dtype, path);
-  if (!compressed) {
-    if (header + nbytes != size) {
+  out.data_bytes = checked_nbytes(out.shape.data(), out.shape.size(), out.dtype, path);
+  if (!out.gzip) {
+    if (out.header_bytes + out.data_bytes != size) {
       throw bad_input("{}: size mismatch: the header declares {} bytes of {} data (file size {}), found {} bytes", path,
-                      nbytes, dtype_name(out.dtype), header + nbytes, size);
+                      out.data_bytes, dtype_name(out.dtype), out.header_bytes + out.data_bytes, size);
     }
-    out.data.assign(data + header, data + size);
+  } else if (out.data_bytes > size * kMaxDeflateRatio + (1u << 20)) {
+    throw bad_input("{}: the header declares {} bytes of data, more than a {}-byte gzip file can hold", path,
+                    out.data_bytes, size);
+  }
+  return out;
+}
+
+IdxArray parse_idx(const uint8_t* data, size_t size, const std::string& path, uint64_t memory_budget) {
+  const IdxHeader h = parse_idx_header(data, size, path);
+  IdxArray out;
+  out.dtype = h.dtype;
+  out.shape = h.shape;
+  if (!h.gzip) {
+    out.data.assign(data + h.header_bytes, data + size);
   } else {
-    if (nbytes > size * kMaxDeflateRatio + (1u << 20)) {
-      throw bad_input("{}: the header declares {} bytes of data, more than a {}-byte gzip file can hold", path, nbytes,
-                      size);
-    }
-    std::vector<uint8_t> all(header + nbytes);
+    MemoryBudget budget(memory_budget);
+    budget.take(h.header_bytes + h.data_bytes, size, path);
+    std::vector<uint8_t> all(h.header_bytes + h.data_bytes);
+    bool more = false;
     const size_t n = gunzip(data, size, all.data(), all.size(), &more, path);
     if (n < all.size()) {
-      throw bad_input("{}: truncated: the header declares {} data bytes after byte {}, found {}", path, nbytes, header,
-                      n - std::min(n, header));
+      throw bad_input("{}: truncated: the header declares {} data bytes after byte {}, found {}", path, h.data_bytes,
+                      h.header_bytes, n - std::min<size_t>(n, h.header_bytes));
     }
     if (more) {
-      throw bad_input("{}: unexpected bytes after the {} data bytes the header declares (at uncompressed byte {})", path,
-                      nbytes, header + nbytes);
+      throw bad_input("{}: unexpected bytes after the {} data bytes the header declares (at uncompressed byte {})",
+                      path, h.data_bytes, h.header_bytes + h.data_bytes);
     }
-    out.data.assign(all.begin() + static_cast<std::ptrdiff_t>(header), all.end());
+    // In place, so the data is held once.
+    all.erase(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(h.header_bytes));
+    out.data = std::move(all);
   }
   swap_to_native(out.data, dtype_size(out.dtype));
   return out;
 }
 
-IdxArray read_idx(const std::string& path) {
+IdxArray read_idx(const std::string& path, uint64_t memory_budget) {
   auto file = MappedFile::open(path);
-  return parse_idx(file->data(), file->size(), path);
+  return parse_idx(file->data(), file->size(), path, memory_budget);
 }
 
 void write_idx(const std::string& path, const IdxArray& array, bool gzip) {

@@ -124,28 +124,35 @@ void parse_descr(const std::string& descr, NpyHeader& h, DictParser& parser) {
 
 }  // namespace
 
-NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& name) {
+uint64_t npy_header_length(const uint8_t* data, size_t size, const std::string& name) {
   if (size < 10 || std::memcmp(data, kMagic, 6) != 0) {
     throw bad_input("{}: byte 0: not a .npy file: expected the magic \\x93NUMPY, found {} bytes starting {:02x}", name,
                     size, fmt::join(data, data + std::min<size_t>(size, 6), " "));
   }
-  NpyHeader h;
-  h.major = data[6];
-  h.minor = data[7];
+  const int major = data[6], minor = data[7];
   size_t len_bytes;
-  if (h.major == 1 && h.minor == 0) {
+  if (major == 1 && minor == 0) {
     len_bytes = 2;
-  } else if ((h.major == 2 || h.major == 3) && h.minor == 0) {
+  } else if ((major == 2 || major == 3) && minor == 0) {
     len_bytes = 4;
   } else {
-    throw bad_input("{}: byte 6: unsupported .npy format version {}.{} (known: 1.0, 2.0, 3.0)", name, h.major, h.minor);
+    throw bad_input("{}: byte 6: unsupported .npy format version {}.{} (known: 1.0, 2.0, 3.0)", name, major, minor);
   }
   if (size < 8 + len_bytes) throw bad_input("{}: truncated .npy header at byte 8", name);
   uint64_t hlen = 0;
   for (size_t i = 0; i < len_bytes; ++i) hlen |= static_cast<uint64_t>(data[8 + i]) << (8 * i);
-  const uint64_t start = 8 + len_bytes;
   if (hlen > kMaxHeader) throw bad_input("{}: byte 8: header length {} is larger than the 1 MiB limit", name, hlen);
-  if (start + hlen > size) {
+  return 8 + len_bytes + hlen;
+}
+
+NpyHeader parse_npy_header_prefix(const uint8_t* data, size_t size, const std::string& name) {
+  const uint64_t end = npy_header_length(data, size, name);
+  NpyHeader h;
+  h.major = data[6];
+  h.minor = data[7];
+  const uint64_t start = h.major == 1 ? 10 : 12;
+  const uint64_t hlen = end - start;
+  if (end > size) {
     throw bad_input("{}: byte 8: header length {} runs past the end of the file ({} bytes)", name, hlen, size);
   }
   DictParser p(reinterpret_cast<const char*>(data + start), hlen, start, name);
@@ -177,7 +184,13 @@ NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& 
   }
   p.expect('}');
   if (!have_descr || !have_order || !have_shape) p.fail("missing descr, fortran_order or shape");
-  h.data_offset = start + hlen;
+  h.data_offset = end;
+  (void)checked_nbytes(h.shape.data(), h.shape.size(), h.dtype, name);  // refuse an overflowing shape here
+  return h;
+}
+
+NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& name) {
+  const NpyHeader h = parse_npy_header_prefix(data, size, name);
   const uint64_t need = checked_nbytes(h.shape.data(), h.shape.size(), h.dtype, name);
   const uint64_t have = size - h.data_offset;
   if (need != have) {

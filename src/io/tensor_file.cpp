@@ -1,4 +1,5 @@
-// Format detection and the read/write dispatch for every array format.
+// Format detection and the read/write dispatch for every array format; header-only inspection
+// and streaming conversion of compressed members (issue 10).
 #include "crucible/io/tensor_file.h"
 
 #include <cmath>
@@ -9,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "crucible/core/error.h"
+#include "crucible/core/file.h"
+#include "crucible/core/memory.h"
 #include "crucible/core/mmap.h"
 #include "crucible/io/idx.h"
 #include "crucible/io/npy.h"
@@ -73,15 +76,68 @@ Array from_idx(IdxArray idx) {
   return Array::owned(idx.dtype, std::move(idx.shape), std::move(idx.data));
 }
 
+[[noreturn]] void not_one_array(const std::vector<std::string>& names, const std::string& path, Format format) {
+  throw bad_input("{}: a {} file holds one array, the input has {} ({}); pick one with --name or write npz or "
+                  "safetensors",
+                  path, format_name(format), names.size(), fmt::join(names, ", "));
+}
+
 const Array& single(const TensorSet& set, const std::string& path, Format format) {
   if (set.arrays.size() != 1) {
     std::vector<std::string> names;
     for (const auto& a : set.arrays) names.push_back(a.name);
-    throw bad_input("{}: a {} file holds one array, the input has {} ({}); pick one with --name or write npz or "
-                    "safetensors",
-                    path, format_name(format), set.arrays.size(), fmt::join(names, ", "));
+    not_one_array(names, path, format);
   }
   return set.arrays[0].array;
+}
+
+// The positions in `names` of `only`, or all of them when `only` is empty; bad_input listing
+// the names when there is none of that name.
+std::vector<size_t> chosen(const std::vector<std::string>& names, const std::string& only, const std::string& path) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (only.empty() || names[i] == only) out.push_back(i);
+  }
+  if (!only.empty() && out.empty()) {
+    throw bad_input("{}: no array named '{}' (it has: {})", path, only, fmt::join(names, ", "));
+  }
+  return out;
+}
+
+// Keeps the elements (NamedArray, ArrayInfo) named `only`, all when it is empty.
+template <typename T>
+void keep_named(std::vector<T>& items, const std::string& only, const std::string& path) {
+  if (only.empty()) return;
+  std::vector<std::string> names;
+  for (const auto& i : items) names.push_back(i.name);
+  std::vector<T> kept;
+  for (size_t i : chosen(names, only, path)) kept.push_back(std::move(items[i]));
+  items = std::move(kept);
+}
+
+std::vector<std::string> member_names(const NpzArchive& zip) {
+  std::vector<std::string> names;
+  for (const auto& m : zip.members()) names.push_back(m.name);
+  return names;
+}
+
+std::vector<std::string> npz_skipped(const NpzArchive& zip) {
+  std::vector<std::string> out;
+  for (const auto& s : zip.skipped()) out.push_back(s + ": not an .npy member");
+  return out;
+}
+
+ArrayInfo member_info(const NpzMember& m) {
+  return ArrayInfo{m.name, m.header.dtype, m.header.shape, m.size - m.header.data_offset};
+}
+
+// The npy header crucible writes for the member's dtype and shape (data is not touched).
+std::string canonical_npy_header(const NpzMember& m, const std::string& what) {
+  Array a;
+  a.dtype = m.header.dtype;
+  a.shape = m.header.shape;
+  a.strides = Array::c_strides(a.shape);
+  return npy_header(a, what);
 }
 
 }  // namespace
@@ -162,6 +218,7 @@ TensorSet read_tensors(const std::string& path, const ReadOptions& options) {
     a.data = file->data();
     a.owner = file;
     set.arrays.push_back({stem(path), std::move(a)});
+    keep_named(set.arrays, options.name, path);
     return set;
   }
   set.format = detected;
@@ -169,10 +226,17 @@ TensorSet read_tensors(const std::string& path, const ReadOptions& options) {
     case Format::kNpy:
       set.arrays.push_back({stem(path), parse_npy(file->data(), file->size(), path, file)});
       break;
-    case Format::kNpz:
-      set.arrays = parse_npz(file->data(), file->size(), path, &set.skipped);
-      for (auto& s : set.skipped) s += ": not an .npy member";
+    case Format::kNpz: {
+      // Only the chosen members are inflated (each under the one budget).
+      NpzArchive zip(file->data(), file->size(), path);
+      MemoryBudget budget(options.memory_budget);
+      for (size_t i : chosen(member_names(zip), options.name, path)) {
+        const NpzMember& m = zip.members()[i];
+        set.arrays.push_back({m.name, zip.read(m, budget)});
+      }
+      set.skipped = npz_skipped(zip);
       break;
+    }
     case Format::kSafetensors: {
       auto st = SafetensorsFile::parse(file->data(), file->size(), path, file);
       for (const auto& e : st.entries()) set.arrays.push_back({e.name, st.array(e)});
@@ -187,7 +251,7 @@ TensorSet read_tensors(const std::string& path, const ReadOptions& options) {
       break;
     }
     case Format::kIdx:
-      set.arrays.push_back({stem(path), from_idx(parse_idx(file->data(), file->size(), path))});
+      set.arrays.push_back({stem(path), from_idx(parse_idx(file->data(), file->size(), path, options.memory_budget))});
       break;
     case Format::kText:
       set.arrays.push_back(
@@ -200,7 +264,42 @@ TensorSet read_tensors(const std::string& path, const ReadOptions& options) {
                       "--dtype float32 --shape -1,4 (D12)",
                       path);
   }
+  keep_named(set.arrays, options.name, path);
   return set;
+}
+
+std::string ArrayInfo::shape_string() const { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+TensorSetInfo describe_tensors(const TensorSet& set) {
+  TensorSetInfo info;
+  info.format = set.format;
+  for (const auto& na : set.arrays) {
+    info.arrays.push_back(ArrayInfo{na.name, na.array.dtype, na.array.shape, na.array.nbytes()});
+  }
+  info.metadata = set.metadata;
+  info.skipped = set.skipped;
+  info.notes = set.notes;
+  return info;
+}
+
+TensorSetInfo inspect_tensors(const std::string& path, const ReadOptions& options) {
+  auto file = MappedFile::open(path);
+  const Format detected = options.raw ? Format::kRaw : detect_format(file->data(), file->size());
+  TensorSetInfo info;
+  info.format = detected;
+  if (detected == Format::kNpz) {  // issue 10: only the members' headers are inflated
+    NpzArchive zip(file->data(), file->size(), path);
+    for (size_t i : chosen(member_names(zip), options.name, path)) info.arrays.push_back(member_info(zip.members()[i]));
+    info.skipped = npz_skipped(zip);
+    return info;
+  }
+  if (detected == Format::kIdx) {  // a gzip file inflates its header only
+    const IdxHeader h = parse_idx_header(file->data(), file->size(), path);
+    info.arrays.push_back(ArrayInfo{stem(path), h.dtype, h.shape, h.data_bytes});
+    keep_named(info.arrays, options.name, path);
+    return info;
+  }
+  return describe_tensors(read_tensors(path, options));
 }
 
 void write_tensors(const std::string& path, Format format, const TensorSet& set, const WriteOptions& options) {
@@ -226,6 +325,42 @@ void write_tensors(const std::string& path, Format format, const TensorSet& set,
       break;
   }
   throw bad_input("{}: crucible does not write {} files", path, format_name(format));
+}
+
+TensorSetInfo convert_tensors(const std::string& input, const std::string& output, Format format,
+                              const ReadOptions& read, const WriteOptions& write) {
+  if (!read.raw) {
+    auto file = MappedFile::open(input);
+    if (detect_format(file->data(), file->size()) == Format::kNpz) {
+      NpzArchive zip(file->data(), file->size(), input);
+      const std::vector<std::string> names = member_names(zip);
+      const std::vector<size_t> picks = chosen(names, read.name, input);
+      const bool one_array_out = format == Format::kNpy || format == Format::kRaw || format == Format::kText;
+      if (one_array_out && picks.size() != 1) {  // said before anything is inflated
+        std::vector<std::string> picked;
+        for (size_t i : picks) picked.push_back(names[i]);
+        not_one_array(picked, output, format);
+      }
+      const NpzMember* m = picks.size() == 1 ? &zip.members()[picks[0]] : nullptr;
+      // The member's data bytes are the array's C-order little-endian bytes: copy them through.
+      if ((format == Format::kNpy || format == Format::kRaw) && !m->header.big_endian && !m->header.fortran_order) {
+        MemoryBudget budget(read.memory_budget);
+        budget.take(m->size, m->compressed_size, zip.where(*m));  // before the output exists
+        AtomicFile f(output);
+        if (format == Format::kNpy) f.write(canonical_npy_header(*m, output));
+        zip.stream_data(*m, [&](const uint8_t* p, size_t n) { f.write(p, n); });
+        f.commit();
+        TensorSetInfo info;
+        info.format = Format::kNpz;
+        info.arrays.push_back(member_info(*m));
+        info.skipped = npz_skipped(zip);
+        return info;
+      }
+    }
+  }
+  const TensorSet set = read_tensors(input, read);
+  write_tensors(output, format, set, write);
+  return describe_tensors(set);
 }
 
 ArrayStats array_stats(const Array& array, const std::string& what) {

@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crucible/io/dtype.h"
 #include "test_util.h"
+#include "zeros_archive.h"
 
 namespace crucible {
 namespace {
@@ -144,6 +146,55 @@ TEST(IoCli, MaliciousPickleIsRefusedAndHasNoEffect) {
   expect_contains(r.err, "system");
   expect_contains(r.err, "refused global");
   EXPECT_FALSE(std::ifstream(d / "pwned").good());
+}
+
+// Issue 10: a 2 MB .npz whose one member inflates to 2 GiB. inspect reads only the member's
+// header (small and quick: its peak memory is asserted, its time printed); convert refuses it
+// under a 1 GiB budget, naming the member and both sizes, and writes nothing; under a budget
+// that allows it, convert to .npy streams (small peak memory) and NumPy reads the result.
+TEST(IoCli, ArchiveThatInflatesTo2GiBIsInspectedSmallAndBudgetedOnConvert) {
+  test::TempDir d;
+  const std::string npz = d / "bomb.npz";
+  const uint64_t n = (uint64_t{2} << 30) / 4;  // float32 zeros: 2 GiB of data
+  test::zeros_npz(npz, "x", io::DType::kF32, n);
+  std::printf("bomb.npz: %lld bytes on disk\n", static_cast<long long>(std::ifstream(npz, std::ios::ate).tellg()));
+
+  auto r = test::run_command({test::crucible_binary(), "inspect", npz, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j["arrays"].size(), 1u);
+  EXPECT_EQ(j["arrays"][0]["name"], "x");
+  EXPECT_EQ(j["arrays"][0]["dtype"], "float32");
+  EXPECT_EQ(j["arrays"][0]["shape"], json::array({n}));
+  EXPECT_EQ(j["arrays"][0]["nbytes"], n * 4);
+  EXPECT_LT(r.max_rss_kb, 100 * 1024) << "inspect inflated the member?";
+  std::printf("inspect: %.3f s, peak RSS %.1f MB\n", r.wall_seconds, r.max_rss_kb / 1024.0);
+
+  r = test::run_command({test::crucible_binary(), "convert", npz, d / "out.safetensors", "--memory-budget-mb", "1024"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  expect_contains(r.err, npz + ":x.npy");
+  expect_contains(r.err, std::to_string(n * 4 + 128));  // the member: npy header + data
+  expect_contains(r.err, "1073741824");                 // the budget
+  expect_contains(r.err, "--memory-budget-mb");
+  EXPECT_LT(r.max_rss_kb, 100 * 1024);
+  std::printf("convert refused under 1 GiB: %.3f s, peak RSS %.1f MB\n", r.wall_seconds, r.max_rss_kb / 1024.0);
+  EXPECT_FALSE(std::filesystem::exists(d / "out.safetensors"));
+  for (const auto& e : std::filesystem::directory_iterator(d.path())) {
+    EXPECT_TRUE(e.path().filename() == "bomb.npz") << "left behind: " << e.path();
+  }
+}
+
+TEST(IoCli, ConvertStreamsAnNpzMemberToNpy) {
+  test::TempDir d;
+  const uint64_t n = (uint64_t{512} << 20) / 8;  // 512 MiB of float64 zeros
+  test::zeros_npz(d / "big.npz", "x", io::DType::kF64, n);
+  auto r = test::run_command({test::crucible_binary(), "convert", d / "big.npz", d / "big.npy"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(r.max_rss_kb, 100 * 1024) << "convert held the member in memory";
+  std::printf("convert 512 MiB member → npy: %.2f s, peak RSS %.1f MB\n", r.wall_seconds, r.max_rss_kb / 1024.0);
+  EXPECT_EQ(test::run_python("import numpy as np\na = np.load('" + (d / "big.npy") +
+                             "', mmap_mode='r')\nprint(a.dtype, a.shape, int(a[::65536].sum()))\n"),
+            "float64 (" + std::to_string(n) + ",) 0\n");
 }
 
 }  // namespace

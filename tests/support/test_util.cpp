@@ -3,9 +3,11 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -72,9 +74,12 @@ int decode(int status) {
 
 CommandResult run_command(const std::vector<std::string>& argv, const std::string& cwd) {
   TempDir logs;
+  const auto t0 = std::chrono::steady_clock::now();
   Child c(argv, logs.path(), cwd);
   CommandResult r;
   r.exit_code = c.wait();
+  r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.max_rss_kb = c.max_rss_kb();
   r.out = c.out();
   r.err = c.err();
   return r;
@@ -102,9 +107,11 @@ void Child::kill(int sig) {
 int Child::wait() {
   if (status_ >= 0) return decode(status_);
   int st = 0;
-  while (::waitpid(pid_, &st, 0) < 0) {
+  struct rusage ru {};
+  while (::wait4(pid_, &st, 0, &ru) < 0) {
   }
   status_ = st;
+  max_rss_kb_ = ru.ru_maxrss;
   return decode(st);
 }
 

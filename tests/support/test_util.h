@@ -31,6 +31,8 @@ struct CommandResult {
   int exit_code = -1;  // exit status, or 128 + signal
   std::string out;     // stdout
   std::string err;     // stderr
+  int64_t max_rss_kb = 0;      // the child's peak resident memory (getrusage via wait4)
+  double wall_seconds = 0;     // start to exit
 };
 
 // Runs argv[0] (searched in PATH) with argv, waits, returns its exit code and output.
@@ -44,6 +46,7 @@ class Child {
   void kill(int sig = SIGKILL);
   // Waits for exit; returns exit code or 128 + signal.
   int wait();
+  int64_t max_rss_kb() const { return max_rss_kb_; }  // after wait()
   bool running();
   std::string out() const;
   std::string err() const;
@@ -51,6 +54,7 @@ class Child {
  private:
   int pid_ = -1;
   int status_ = -1;
+  int64_t max_rss_kb_ = 0;
   std::string out_path_, err_path_;
 };
 

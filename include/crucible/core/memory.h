@@ -1,12 +1,46 @@
-// Host allocator settings for training. glibc returns large freed blocks to the kernel
-// (munmap, heap trimming) and page-faults them back on the next step: on the default job
-// that is a third of CPU time. tune_host_allocator() keeps blocks up to 32 MiB in the heap
-// and stops trimming, which made a CPU step 1.5× faster here (BENCHMARKS.md). Idempotent.
+// Host memory: allocator settings for training, the physical memory size, and the budget
+// that bounds what one read inflates from compressed archives (issue 10: a 2 MB .npz can
+// claim 2 GiB).
 #pragma once
+
+#include <cstdint>
+#include <string>
 
 namespace crucible {
 
-// Returns false when the C library has no mallopt (then nothing changed).
+// glibc returns large freed blocks to the kernel (munmap, heap trimming) and page-faults them
+// back on the next step: on the default job that is a third of CPU time. This keeps blocks up
+// to 32 MiB in the heap and stops trimming, which made a CPU step 1.5× faster here
+// (BENCHMARKS.md). Idempotent. Returns false when the C library has no mallopt (then nothing
+// changed).
 bool tune_host_allocator();
+
+// Bytes of physical memory (sysconf _SC_PHYS_PAGES × _SC_PAGE_SIZE); 0 when unknown.
+uint64_t physical_memory_bytes();
+
+// The default memory budget of one read: half the physical memory (4 GiB when unknown).
+uint64_t default_memory_budget();
+
+// "812 bytes", "2084 KiB", "37.5 MiB", "2.0 GiB": a size for messages.
+std::string human_bytes(uint64_t bytes);
+
+// The bytes one read may inflate into memory (or through a stream) from compressed data:
+// each member's declared size is taken before anything is allocated or inflated, and the
+// running total of one read must stay within the limit. Not thread-safe: one per read.
+class MemoryBudget {
+ public:
+  explicit MemoryBudget(uint64_t limit_bytes = 0);  // 0: default_memory_budget()
+
+  // Takes `bytes` for `what` ("big.npz:x.npy"), inflated from `compressed_bytes`, or throws
+  // bad_input naming `what`, both sizes, the budget and --memory-budget-mb.
+  void take(uint64_t bytes, uint64_t compressed_bytes, const std::string& what);
+
+  uint64_t limit() const { return limit_; }
+  uint64_t used() const { return used_; }
+
+ private:
+  uint64_t limit_;
+  uint64_t used_ = 0;
+};
 
 }  // namespace crucible

@@ -26,6 +26,16 @@ struct NpyHeader {
 // magic, version, header length, the dict and the data size against `size`.
 NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& name);
 
+// The header alone, for a reader that has only the file's first bytes (an npz member read
+// header-first): the same checks as parse_npy_header but none of the data size, which the
+// caller compares with what it knows (the zip directory's size of the member).
+NpyHeader parse_npy_header_prefix(const uint8_t* data, size_t size, const std::string& name);
+
+// Bytes from the start of the file to the data (magic, version, length field and dict), read
+// from the first 12 bytes (10 for version 1.0). Checks the magic, the version and the 1 MiB
+// bound on the dict, so a reader knows how much to read before parse_npy_header_prefix.
+uint64_t npy_header_length(const uint8_t* data, size_t size, const std::string& name);
+
 // Reads .npy bytes in memory. The result views `data` (kept alive by `owner`) when it is
 // little-endian; big-endian data is copied and converted.
 Array parse_npy(const uint8_t* data, size_t size, const std::string& name, std::shared_ptr<const void> owner);
