@@ -87,6 +87,24 @@ at::Tensor DeviceInput::labels(const Batch& batch) const {
   return at::from_blob(const_cast<int64_t*>(batch.labels.data()), {batch.size()}, at::kLong).to(device_, /*non_blocking=*/false, /*copy=*/true);
 }
 
+InputConvention DeviceInput::delivers() const {
+  InputConvention c;
+  c.channels = spec_.channels;
+  c.order = spec_.order;
+  const double unit = norm_.range == ValueRange::kByte ? 1.0 / 255.0 : 1.0;
+  for (int64_t i = 0; i < spec_.channels; ++i) {
+    const size_t k = norm_.mean.size() == 1 ? 0 : static_cast<size_t>(i);
+    c.mean.push_back(norm_.mean[k] * unit);
+    c.std.push_back(norm_.std[k] * unit);
+  }
+  return c;
+}
+
+std::string InputConvention::describe() const {
+  return fmt::format("{} channel{} ({}), normalised with mean [{}] std [{}] (0–1 units)", channels,
+                     channels == 1 ? "" : "s", color_order_name(order), fmt::join(mean, ", "), fmt::join(std, ", "));
+}
+
 std::string DeviceInput::describe() const {
   return fmt::format("uint8 {} → float (x/{} - [{}]) / [{}] ({} units), {}", spec_.to_string(),
                      norm_.range == ValueRange::kUnit ? "255" : "1", fmt::join(norm_.mean, ", "), fmt::join(norm_.std, ", "),

@@ -10,6 +10,11 @@
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/pooling.h>
 
+#include <cmath>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
 #include "crucible/core/error.h"
 #include "crucible/nn/batch_norm.h"
 
@@ -82,7 +87,7 @@ class FmnistCnn final : public Model {
  public:
   FmnistCnn(int64_t in_channels, int64_t height, int64_t width, int64_t num_classes, double dropout)
       : impl_(std::make_shared<FmnistCnnImpl>(in_channels, height, width, num_classes, dropout)),
-        spec_{in_channels, height, width},
+        spec_{in_channels, height, width, std::nullopt, {}, {}},
         num_classes_(num_classes),
         dropout_(dropout) {}
 
@@ -114,6 +119,67 @@ std::unique_ptr<Model> make_model(const ModelOptions& options, int64_t in_channe
     return std::make_unique<FmnistCnn>(in_channels, height, width, num_classes, options.dropout);
   }
   throw bad_input("model.name: unknown model \"{}\" (known: fmnist_cnn)", options.name);
+}
+
+InputSpec InputSpec::trained_on(const data::InputConvention& delivered) const {
+  InputSpec s = *this;
+  s.order = delivered.order;
+  s.mean = delivered.mean;
+  s.std = delivered.std;
+  return s;
+}
+
+std::string InputSpec::to_json() const {
+  nlohmann::json j = {{"channels", channels}, {"height", height}, {"width", width}, {"mean", mean}, {"std", std}};
+  j["order"] = order ? nlohmann::json(data::color_order_name(*order)) : nlohmann::json(nullptr);
+  return j.dump();
+}
+
+InputSpec InputSpec::from_json(const std::string& text, const std::string& source) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    InputSpec s;
+    s.channels = j.at("channels").get<int64_t>();
+    s.height = j.at("height").get<int64_t>();
+    s.width = j.at("width").get<int64_t>();
+    if (!j.at("order").is_null()) s.order = data::parse_color_order(j.at("order").get<std::string>(), source);
+    s.mean = j.at("mean").get<std::vector<double>>();
+    s.std = j.at("std").get<std::vector<double>>();
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    throw bad_input("{}: the model's input spec is not readable: {} ({})", source, e.what(), text);
+  }
+}
+
+std::string InputSpec::describe() const {
+  if (!order) return fmt::format("{} channel{} (any order and normalisation)", channels, channels == 1 ? "" : "s");
+  return fmt::format("{} channel{} ({}), normalised with mean [{}] std [{}] (0–1 units)", channels,
+                     channels == 1 ? "" : "s", data::color_order_name(*order), fmt::join(mean, ", "),
+                     fmt::join(std, ", "));
+}
+
+void check_input(const InputSpec& expected, const data::InputConvention& delivered, const std::string& model) {
+  if (expected.channels != delivered.channels) {
+    throw bad_input("{} takes {} channel(s) but the data pipeline delivers {} ({})", model, expected.channels,
+                    delivered.channels, delivered.describe());
+  }
+  if (!expected.order) return;  // not trained yet: it takes what it is given
+  if (*expected.order != delivered.order) {
+    throw bad_input("{} was trained on {} images but the pipeline delivers {}; set data.color_order = \"{}\"", model,
+                    data::color_order_name(*expected.order), data::color_order_name(delivered.order),
+                    data::color_order_name(*expected.order));
+  }
+  bool same = expected.mean.size() == delivered.mean.size() && expected.std.size() == delivered.std.size();
+  for (size_t i = 0; same && i < expected.mean.size(); ++i) {
+    same = std::abs(expected.mean[i] - delivered.mean[i]) <= 1e-6 && std::abs(expected.std[i] - delivered.std[i]) <= 1e-6;
+  }
+  if (!same) {
+    throw bad_input("{} was trained on inputs normalised with mean [{}] std [{}] (0–1 units) but the pipeline "
+                    "normalises with mean [{}] std [{}]; set data.mean/data.std (and data.mean_std_range) to the "
+                    "training values",
+                    model, fmt::join(expected.mean, ", "), fmt::join(expected.std, ", "), fmt::join(delivered.mean, ", "),
+                    fmt::join(delivered.std, ", "));
+  }
 }
 
 void to_channels_last(Model& model) {

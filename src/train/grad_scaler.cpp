@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "crucible/core/error.h"
+#include "crucible/train/checkpoint.h"
 
 namespace crucible::train {
 
@@ -42,6 +43,15 @@ void GradScaler::load(double scale, int64_t tracker) {
   if (!(scale > 0) || tracker < 0) throw bad_input("grad scaler state: scale {} / growth tracker {} invalid", scale, tracker);
   scale_ = scale;
   tracker_ = tracker;
+}
+
+void GradScaler::save(CheckpointData& checkpoint) const {
+  checkpoint.meta["loss_scale"] = fmt::format("{:.17g}", scale_);
+  checkpoint.meta["loss_scale_tracker"] = std::to_string(tracker_);
+}
+
+void GradScaler::restore(const CheckpointData& checkpoint, const std::string& path) {
+  load(checkpoint.meta_double("loss_scale", path), checkpoint.meta_int("loss_scale_tracker", path));
 }
 
 bool all_finite(const std::vector<at::Tensor>& tensors) {

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -40,6 +42,7 @@
 #include "crucible/train/data_setup.h"
 #include "crucible/train/grad_scaler.h"
 #include "crucible/train/schedule.h"
+#include "crucible/train/step.h"
 
 #ifndef CRUCIBLE_VERSION
 #define CRUCIBLE_VERSION "0.0.0"
@@ -136,15 +139,22 @@ struct Trainer::Impl {
   std::optional<int64_t> resumed_from;
   // Metrics of the current log interval, on the device (law 2).
   at::Tensor loss_sum, correct;
+  // With train.clip_norm: the largest global gradient norm of the interval before clipping and
+  // after it (measured on the clipped gradients), on the device.
+  at::Tensor grad_norm_max, clipped_norm_max;
   GradScaler scaler;
   std::vector<std::string> param_names;  // parallel to params, for naming a non-finite gradient
   std::vector<at::Tensor> params;
   int64_t bad_in_row = 0;      // non-finite steps in a row
   int64_t skipped_steps = 0;   // over the whole run
   int64_t oom_retries = 0;     // batches re-run as smaller micro-batches (T16)
-  std::string resolved_precision;  // what "auto" chose (or the configured precision)
-  bool resolved_channels_last = false;
+  PrecisionChoice choice;         // as configured, resumed, or timed ("auto")
+  MicroBatchRecord ran;           // what the last step ran in (logits dtype, input layout)
+  std::unique_ptr<FILE, int (*)(FILE*)> step_trace{nullptr, &std::fclose};  // test seam (M4)
   std::string stored_precision;     // the choice a resumed run made ("" = none)
+  std::optional<nn::InputSpec> stored_input;  // the input a checkpoint's model was trained on
+  std::string stored_input_source;
+  nn::InputSpec model_input;                  // what the model takes (saved in checkpoints)
   bool stored_channels_last = false;
   // Data parallel (law 7): one process per device; null comm = a single process.
   dist::World world;
@@ -180,7 +190,7 @@ struct Trainer::Impl {
   TrainSummary run();
   TrainSummary evaluate_checkpoint(std::string path);
   void load_model(const CheckpointData& ckpt, const std::string& path);
-  void take_stored_precision(const CheckpointData& ckpt);
+  void take_stored_choices(const CheckpointData& ckpt, const std::string& path);
 };
 
 void Trainer::Impl::prepare_run_dir() {
@@ -333,10 +343,6 @@ void Trainer::Impl::build() {
   compat::seed_cpu_generator(derive_seed(seed, RngStream::kInit));
   const int64_t classes = ds.num_classes;
   model = nn::make_model(job.model, spec.channels, spec.height, spec.width, classes);
-  const nn::InputSpec want = model->input_spec();
-  if (want.channels != spec.channels) {
-    throw bad_input("model {} takes {} channel(s) but the data has {}", job.model.name, want.channels, spec.channels);
-  }
   model->module().to(device);
   model->module().train();
   compat::seed_cpu_generator(derive_seed(seed, RngStream::kDropout));
@@ -346,53 +352,67 @@ void Trainer::Impl::build() {
 
   // Precision and memory format: as configured, as a resumed run chose, or timed here (auto).
   if (!stored_precision.empty()) {
-    resolved_precision = stored_precision;
-    resolved_channels_last = stored_channels_last;
+    choice.precision = stored_precision;
+    choice.channels_last = stored_channels_last;
+    choice.source = "checkpoint";
   } else if (job.train.precision == "auto") {
     // Timed on rank 0 alone; every rank takes its choice (replicas must compute alike).
+    choice.source = "auto";
     if (main_rank()) choose_precision(*ds.train, spec, classes);
     if (comm) {
       const std::string pick = comm->broadcast_string(
-          "precision", resolved_precision + (resolved_channels_last ? "+cl" : ""), 0);
-      resolved_channels_last = pick.size() > 3 && pick.compare(pick.size() - 3, 3, "+cl") == 0;
-      resolved_precision = resolved_channels_last ? pick.substr(0, pick.size() - 3) : pick;
+          "precision", choice.precision + (choice.channels_last ? "+cl" : ""), 0);
+      choice.channels_last = pick.size() > 3 && pick.compare(pick.size() - 3, 3, "+cl") == 0;
+      choice.precision = choice.channels_last ? pick.substr(0, pick.size() - 3) : pick;
     }
   } else {
-    resolved_precision = job.train.precision;
-    resolved_channels_last = job.train.channels_last;
+    choice.precision = job.train.precision;
+    choice.channels_last = job.train.channels_last;
+    choice.source = "configured";
   }
-  if (resolved_channels_last) nn::to_channels_last(*model);
+  if (choice.channels_last) nn::to_channels_last(*model);
   for (double s : job.train.multi_scale) {
     if (s != std::floor(s) || s < 4 || s > 4096) {
       throw bad_input("train.multi_scale: {} is not a size in pixels (an integer 4–4096)", s);
     }
     scales.push_back(static_cast<int64_t>(s));
   }
+  if (const char* trace = std::getenv(testing::kStepTraceEnv); trace != nullptr && *trace != '\0') {
+    const std::string path = fmt::format("{}.rank{}", trace, world.rank);
+    step_trace.reset(std::fopen(path.c_str(), "a"));
+    if (!step_trace) throw runtime_error("{}={}: cannot open {}", testing::kStepTraceEnv, trace, path);
+  }
   if (!scales.empty()) {
     log_info("multi-scale (M4): each step trains at one of {} px (square), drawn from (seed, step) — the same "
              "size on every rank at the same step; evaluation at {}x{}",
              fmt::join(scales, ", "), spec.height, spec.width);
   }
-  input = std::make_unique<data::DeviceInput>(spec, norm, device, resolved_channels_last);
+  input = std::make_unique<data::DeviceInput>(spec, norm, device, choice.channels_last);
+  // Law 3: the input the model takes — as built, or as trained (a checkpoint's) — against what
+  // the pipeline delivers; a model trained here keeps the pipeline's convention from now on.
+  const nn::InputSpec expected = stored_input ? *stored_input : model->input_spec();
+  nn::check_input(expected, input->delivers(),
+                  stored_input ? "the model in " + stored_input_source : "model " + job.model.name);
+  model_input = expected.order ? expected : expected.trained_on(input->delivers());
   log_info("input: {}; loader: {}, prefetch {}, bad samples: {}", input->describe(),
            chosen.empty() ? fmt::format("{} thread(s)", loader_threads) : chosen, job.data.prefetch,
            job.data.bad_samples);
-  if (resolved_precision != "fp32") {
-    amp_dtype = autocast_dtype(resolved_precision);
+  if (choice.precision != "fp32") {
+    amp_dtype = autocast_dtype(choice.precision);
     if (!compat::autocast_supported(device.type(), amp_dtype)) {
       throw bad_input("train.precision = \"{}\": libtorch {} has no {} autocast on {}; use \"bf16\" or \"fp32\"",
-                      resolved_precision, compat::torch_version(), resolved_precision, device.str());
+                      choice.precision, compat::torch_version(), choice.precision, device.str());
     }
     autocast = true;
   }
   GradScalerOptions so;
   // bf16 keeps fp32's exponent range: scaling is for fp16 (or when asked for).
-  so.enabled = job.train.loss_scaling == "on" || (job.train.loss_scaling == "auto" && resolved_precision == "fp16");
+  so.enabled = job.train.loss_scaling == "on" || (job.train.loss_scaling == "auto" && choice.precision == "fp16");
   so.init_scale = job.train.loss_scale;
   so.interval = job.train.loss_scale_interval;
   scaler = GradScaler(so);
-  log_info("precision: {}{}, memory format {}{}", resolved_precision, autocast ? " (autocast mixed precision)" : "",
-           resolved_channels_last ? "channels_last" : "contiguous",
+  log_info("precision: {}{}, memory format {}{}", choice.precision, autocast ? " (autocast mixed precision)" : "",
+           choice.channels_last ? "channels_last" : "contiguous",
            scaler.enabled() ? fmt::format(", dynamic loss scale from {}", scaler.scale()) : "");
 
   // Determinism (M6) and device settings (T5, T9, T14).
@@ -458,6 +478,8 @@ void Trainer::Impl::build() {
 
   loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
   correct = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device));
+  grad_norm_max = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  clipped_norm_max = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
 }
 
 CheckpointData Trainer::Impl::snapshot() {
@@ -468,6 +490,8 @@ CheckpointData Trainer::Impl::snapshot() {
   d.tensors.push_back({"rng.torch_cpu", compat::cpu_generator_state()});
   d.tensors.push_back({"metrics.loss_sum", loss_sum});
   d.tensors.push_back({"metrics.correct", correct});
+  d.tensors.push_back({"metrics.grad_norm_max", grad_norm_max});
+  d.tensors.push_back({"metrics.clipped_norm_max", clipped_norm_max});
   auto& m = d.meta;
   m["step"] = std::to_string(st.step);
   m["epoch"] = std::to_string(st.epoch);
@@ -482,10 +506,10 @@ CheckpointData Trainer::Impl::snapshot() {
   m["last_test_loss"] = fmt::format("{:.17g}", st.last_test_loss);
   m["last_eval_step"] = std::to_string(st.last_eval_step);
   m["total_steps"] = std::to_string(total_steps);
-  m["precision"] = resolved_precision;
-  m["memory_format"] = resolved_channels_last ? "channels_last" : "contiguous";
-  m["loss_scale"] = fmt::format("{:.17g}", scaler.scale());  // T1
-  m["loss_scale_tracker"] = std::to_string(scaler.growth_tracker());
+  m["precision"] = choice.precision;
+  m["memory_format"] = choice.channels_last ? "channels_last" : "contiguous";
+  m["model_input"] = model_input.to_json();  // law 3
+  scaler.save(d);  // T1
   m["skipped_steps"] = std::to_string(skipped_steps);
   m["bad_in_row"] = std::to_string(bad_in_row);
   m["oom_retries"] = std::to_string(oom_retries);
@@ -513,13 +537,17 @@ void Trainer::Impl::load_model(const CheckpointData& ckpt, const std::string& pa
 }
 
 // A resumed or evaluated run keeps the precision and memory format it chose (auto may time
-// differently now).
-void Trainer::Impl::take_stored_precision(const CheckpointData& ckpt) {
+// differently now) and the input convention its model was trained on (law 3).
+void Trainer::Impl::take_stored_choices(const CheckpointData& ckpt, const std::string& path) {
   auto p = ckpt.meta.find("precision");
   auto f = ckpt.meta.find("memory_format");
   if (p != ckpt.meta.end() && f != ckpt.meta.end()) {
     stored_precision = p->second;
     stored_channels_last = f->second == "channels_last";
+  }
+  if (auto in = ckpt.meta.find("model_input"); in != ckpt.meta.end()) {
+    stored_input = nn::InputSpec::from_json(in->second, path);
+    stored_input_source = path;
   }
 }
 
@@ -539,7 +567,7 @@ TrainSummary Trainer::Impl::evaluate_checkpoint(std::string path) {
   }
   if (comm) path = comm->broadcast_string("eval", path, 0);
   const CheckpointData ckpt = read_checkpoint(path);
-  take_stored_precision(ckpt);
+  take_stored_choices(ckpt, path);
   build();
   load_model(ckpt, path);
   st.step = ckpt.meta_int("step", path);
@@ -579,6 +607,9 @@ void Trainer::Impl::restore(const CheckpointData& ckpt, const std::string& path)
   compat::set_cpu_generator_state(*rng);
   load("metrics.loss_sum", loss_sum);
   load("metrics.correct", correct);
+  for (auto* t : {&grad_norm_max, &clipped_norm_max}) t->zero_();  // absent before crucible 0.1 added them
+  if (ckpt.find("metrics.grad_norm_max") != nullptr) load("metrics.grad_norm_max", grad_norm_max);
+  if (ckpt.find("metrics.clipped_norm_max") != nullptr) load("metrics.clipped_norm_max", clipped_norm_max);
   st.step = ckpt.meta_int("step", path);
   st.epoch = ckpt.meta_int("epoch", path);
   st.batch_in_epoch = ckpt.meta_int("batch_in_epoch", path);
@@ -591,7 +622,7 @@ void Trainer::Impl::restore(const CheckpointData& ckpt, const std::string& path)
   st.last_test_acc = ckpt.meta_double("last_test_acc", path);
   st.last_test_loss = ckpt.meta_double("last_test_loss", path);
   st.last_eval_step = ckpt.meta_int("last_eval_step", path);
-  scaler.load(ckpt.meta_double("loss_scale", path), ckpt.meta_int("loss_scale_tracker", path));
+  scaler.restore(ckpt, path);
   skipped_steps = ckpt.meta_int("skipped_steps", path);
   bad_in_row = ckpt.meta_int("bad_in_row", path);
   oom_retries = ckpt.meta_int("oom_retries", path);
@@ -713,50 +744,43 @@ void Trainer::Impl::choose_precision(const data::SamplePipeline& pipeline, const
   compat::set_cpu_generator_state(rng_state);
   const Candidate* pick = &candidates[0];
   std::string table;
+  choice.timed.clear();
   for (const auto& c : candidates) {
     table += fmt::format("{}{} {} {:.1f} ms", table.empty() ? "" : ", ", c.precision,
                          c.channels_last ? "channels_last" : "contiguous", c.ms);
+    choice.timed.push_back({c.precision, c.channels_last, c.ms});
     if (c.ms < pick->ms) pick = &c;
   }
-  resolved_precision = pick->precision;
-  resolved_channels_last = pick->channels_last;
+  choice.precision = pick->precision;
+  choice.channels_last = pick->channels_last;
   log_info("precision auto: forward+backward of a batch of {}: {} → {} + {} (the fastest; fp16 is not a "
            "candidate: it needs a loss scaler and has no CPU autocast in every libtorch)",
-           n, table, resolved_precision, resolved_channels_last ? "channels_last" : "contiguous");
+           n, table, choice.precision, choice.channels_last ? "channels_last" : "contiguous");
 }
 
-// One micro-batch pass over `batch` split into `parts` slices: forward, loss × slice/batch
-// (so gradients equal the full batch's mean), scaled backward, metrics on the device.
+// One pass over `batch` split into `parts` micro-batches (M5, T16), at this step's size (M4).
 void Trainer::Impl::forward_backward(const data::Batch& batch, int64_t parts, double scale) {
-  at::Tensor x_all = input->images(batch);
-  const at::Tensor y_all = input->labels(batch);
+  at::Tensor x = input->images(batch);
+  const at::Tensor y = input->labels(batch);
   if (!scales.empty()) {
     // M4: this step's size, the same on every rank (a function of seed and step).
     const int64_t size = multi_scale_size(static_cast<uint64_t>(job.run.seed), st.step, scales);
-    if (size != x_all.size(2) || size != x_all.size(3)) {
-      x_all = at::upsample_bilinear2d(x_all, {size, size}, /*align_corners=*/false);
+    if (size != x.size(2) || size != x.size(3)) {
+      x = at::upsample_bilinear2d(x, {size, size}, /*align_corners=*/false);
     }
   }
-  const int64_t n = batch.size();
-  for (int64_t p = 0; p < parts; ++p) {
-    const int64_t begin = n * p / parts, end = n * (p + 1) / parts;
-    if (end <= begin) continue;
-    if (g_oom_step.load() == st.step && end - begin > g_oom_max.load()) throw SimulatedOom();
-    at::Tensor x = x_all.narrow(0, begin, end - begin);
-    at::Tensor y = y_all.narrow(0, begin, end - begin);
-    at::Tensor logits, loss;
-    {
-      compat::AutocastGuard amp(device.type(), amp_dtype, autocast);
-      logits = model->forward(x);
-      loss = at::cross_entropy_loss(logits, y, {}, at::Reduction::Mean, -100, job.train.label_smoothing);
-    }
-    const double weight = static_cast<double>(end - begin) / static_cast<double>(n);
-    if (grad_sync) grad_sync->communicate(p == parts - 1);  // M5: only the last micro-batch
-    (loss * (weight * scale)).backward();
-    at::NoGradGuard no_grad;
-    loss_sum.add_(loss.detach().to(at::kDouble), static_cast<double>(end - begin));
-    correct.add_(logits.detach().argmax(1).eq(y).sum());
-  }
+  if (step_trace) std::fprintf(step_trace.get(), "%lld %lld\n", static_cast<long long>(st.step), static_cast<long long>(x.size(2)));
+  MicroBatchOptions o;
+  o.parts = parts;
+  o.label_smoothing = job.train.label_smoothing;
+  o.autocast = autocast;
+  o.amp_dtype = amp_dtype;
+  o.loss_scale = scale;
+  o.before_forward = [this](int64_t samples) {
+    if (g_oom_step.load() == st.step && samples > g_oom_max.load()) throw SimulatedOom();
+  };
+  if (grad_sync) o.before_backward = [this](bool last) { grad_sync->communicate(last); };  // M5: only the last
+  ran = accumulate_gradients(*model, x, y, o, loss_sum, correct);
 }
 
 void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& sp) {
@@ -805,10 +829,16 @@ void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& 
       if (g.defined()) total.add_(g.detach().to(at::kFloat).pow(2).sum());
     }
     // No host read: the factor is clamped on the device, as torch.nn.utils.clip_grad_norm_ does.
-    const at::Tensor factor = (job.train.clip_norm / (total.sqrt() + 1e-6)).clamp_max(1.0);
+    const at::Tensor norm = total.sqrt();
+    const at::Tensor factor = (job.train.clip_norm / (norm + 1e-6)).clamp_max(1.0);
+    at::Tensor clipped = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
     for (const auto& g : grads) {
-      if (g.defined()) const_cast<at::Tensor&>(g).mul_(factor);
+      if (!g.defined()) continue;
+      const_cast<at::Tensor&>(g).mul_(factor);
+      clipped.add_(g.detach().to(at::kFloat).pow(2).sum());
     }
+    grad_norm_max.copy_(at::maximum(grad_norm_max, norm));
+    clipped_norm_max.copy_(at::maximum(clipped_norm_max, clipped.sqrt()));
   }
   // The one host read of the step: are loss and gradients finite (needed to skip the step).
   std::vector<at::Tensor> checked = grads;
@@ -863,14 +893,17 @@ void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& 
 
 void Trainer::Impl::read_interval(obs::JsonlWriter* metrics, obs::Progress& progress, double lr, double momentum) {
   // The one host read of the interval (law 2); under data parallel the sums of every rank.
+  // Gradient norms are of the averaged gradients, equal on every rank: the sum over ranks / N.
   at::Tensor sums = at::stack({loss_sum.to(at::kDouble), correct.to(at::kDouble),
                                at::scalar_tensor(static_cast<double>(st.interval_samples),
-                                                 at::TensorOptions().dtype(at::kDouble).device(device))});
+                                                 at::TensorOptions().dtype(at::kDouble).device(device)),
+                               grad_norm_max.to(at::kDouble), clipped_norm_max.to(at::kDouble)});
   if (comm) comm->all_reduce_sum(sums);
   const at::Tensor host = sums.to(at::kCPU);
   const double samples = std::max(1.0, host[2].item<double>());
   const double loss = host[0].item<double>() / samples;
   const double acc = host[1].item<double>() / samples;
+  const double ranks = comm ? static_cast<double>(world.size) : 1.0;
   if (!std::isfinite(loss)) {
     throw diverged("training diverged: mean loss over steps {}–{} is {} (lr {:.4g}); the last good checkpoint in {} "
                    "is intact",
@@ -878,7 +911,7 @@ void Trainer::Impl::read_interval(obs::JsonlWriter* metrics, obs::Progress& prog
   }
   const double secs = st.interval_seconds;
   obs::TrainReading r{st.step, loss, acc, lr, secs > 0 ? samples / secs : 0};
-  if (metrics != nullptr) metrics->write({{"type", "train"},
+  json record = {{"type", "train"},
                  {"step", st.step},
                  {"epoch", st.epoch},
                  {"loss", loss},
@@ -886,10 +919,17 @@ void Trainer::Impl::read_interval(obs::JsonlWriter* metrics, obs::Progress& prog
                  {"lr", lr},
                  {"momentum", momentum},
                  {"samples_per_s", r.samples_per_s},
-                 {"samples", st.samples}});
+                 {"samples", st.samples}};
+  if (job.train.clip_norm > 0) {
+    record["grad_norm_max"] = host[3].item<double>() / ranks;           // before clipping
+    record["grad_norm_max_clipped"] = host[4].item<double>() / ranks;   // what the optimizer saw
+  }
+  if (metrics != nullptr) metrics->write(record);
   progress.reading(r, st.epoch);
   loss_sum.zero_();
   correct.zero_();
+  grad_norm_max.zero_();
+  clipped_norm_max.zero_();
   st.interval_samples = 0;
   st.interval_seconds = 0;
 }
@@ -905,6 +945,17 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
   s.steps = st.step;
   s.params_sha256 = params_sha256(model->module());
   s.already_complete = already_complete;
+  s.precision = choice;
+  const bool stepped = ran.logits_dtype != c10::ScalarType::Undefined;
+  s.step_dtype = stepped ? c10::toString(ran.logits_dtype) : "";
+  s.step_channels_last = ran.input_channels_last;
+  s.loss_scale_tracker = scaler.growth_tracker();
+  json timed = json::array();
+  for (const auto& t : choice.timed) {
+    timed.push_back({{"precision", t.precision},
+                     {"memory_format", t.channels_last ? "channels_last" : "contiguous"},
+                     {"ms", t.ms}});
+  }
   json j = {{"test_acc", s.test_acc},
             {"test_loss", s.test_loss},
             {"train_seconds", s.train_seconds},
@@ -917,11 +968,16 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
             {"bad_samples_skipped", train_loader->skipped_count() + test_loader->skipped_count()},
             {"steps", st.step},
             {"epochs", job.train.epochs},
-            {"precision", resolved_precision},
-            {"memory_format", resolved_channels_last ? "channels_last" : "contiguous"},
+            {"precision", choice.precision},
+            {"memory_format", choice.channels_last ? "channels_last" : "contiguous"},
+            {"precision_source", choice.source},
+            {"precision_timed", timed},
+            {"step_dtype", stepped ? json(s.step_dtype) : json(nullptr)},
+            {"step_channels_last", stepped ? json(s.step_channels_last) : json(nullptr)},
             {"skipped_steps", skipped_steps},
             {"oom_retries", oom_retries},
             {"loss_scale", scaler.enabled() ? json(scaler.scale()) : json(nullptr)},
+            {"loss_scale_growth_tracker", scaler.enabled() ? json(scaler.growth_tracker()) : json(nullptr)},
             {"threads", compat::num_threads()},
             {"world_size", world.size},
             {"seed", job.run.seed},
@@ -952,7 +1008,7 @@ TrainSummary Trainer::Impl::run() {
       }
     }
   }
-  if (ckpt) take_stored_precision(*ckpt);
+  if (ckpt) take_stored_choices(*ckpt, ckpt_path);
   build();
   const std::string metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
   if (ckpt) {

@@ -24,6 +24,15 @@ struct NormalizeOptions {
   ColorOrder order = ColorOrder::kRGB;   // the channel order mean/std are listed in (3 channels)
 };
 
+// What DeviceInput hands the model (law 3): the channel count and order, and the
+// normalisation applied, per channel, in 0–1 units and in the images' channel order.
+struct InputConvention {
+  int64_t channels = 0;
+  ColorOrder order = ColorOrder::kGray;
+  std::vector<double> mean, std;
+  std::string describe() const;  // "1 channel (gray), normalised with mean [0.286] std [0.353] (0–1 units)"
+};
+
 class DeviceInput {
  public:
   // Throws bad_input when mean/std do not fit the image (channel count) or look like the other
@@ -36,6 +45,7 @@ class DeviceInput {
   static std::function<PixelBuffer(size_t)> batch_allocator(c10::Device device);
   at::Tensor labels(const Batch& batch) const;  // [B] int64
   std::string describe() const;
+  InputConvention delivers() const;
 
  private:
   ImageSpec spec_;

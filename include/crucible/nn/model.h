@@ -5,9 +5,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 #include <string>
 
 #include <ATen/core/Tensor.h>
+
+#include "crucible/data/device_input.h"
 
 #include "crucible/nn/model_options.h"
 
@@ -17,13 +21,29 @@ class Module;
 
 namespace crucible::nn {
 
-// What a model accepts: [batch, channels, height, width] float, normalised (x - mean) / std.
-// height/width 0 means any size.
+// What a model accepts (law 3): [batch, channels, height, width] float, in a channel order,
+// normalised (x - mean) / std. A model built from scratch states its channels and takes
+// whatever convention the pipeline delivers on its first step; from then on (in its
+// checkpoints, for resume and eval, and for pretrained weights) the convention is part of the
+// model and is checked against the pipeline at start-up.
 struct InputSpec {
   int64_t channels = 0;
-  int64_t height = 0;
+  int64_t height = 0;  // the size it was built for (fmnist_cnn pools other sizes to that grid)
   int64_t width = 0;
+  std::optional<data::ColorOrder> order;  // unset: any (not trained yet)
+  std::vector<double> mean, std;          // per channel, 0–1 units, in `order`; empty: any
+
+  // The spec with `delivered`'s order and normalisation (what training makes of it).
+  InputSpec trained_on(const data::InputConvention& delivered) const;
+  std::string to_json() const;
+  static InputSpec from_json(const std::string& text, const std::string& source);
+  std::string describe() const;
 };
+
+// Law 3: throws bad_input when what the pipeline delivers is not what the model takes —
+// channel count, channel order or normalisation (to 1e-6) — naming `model` (e.g. "the model
+// in ckpt-….safetensors"), both conventions and the config keys to change.
+void check_input(const InputSpec& expected, const data::InputConvention& delivered, const std::string& model);
 
 // Not thread-safe: one thread trains or evaluates a model.
 class Model {

@@ -15,6 +15,8 @@
 
 namespace crucible::train {
 
+struct CheckpointData;
+
 struct GradScalerOptions {
   bool enabled = false;
   double init_scale = 65536.0;
@@ -39,6 +41,10 @@ class GradScaler {
   double scale() const { return scale_; }
   int64_t growth_tracker() const { return tracker_; }
   void load(double scale, int64_t tracker);
+  // The scale and growth counter as checkpoint metadata ("loss_scale", "loss_scale_tracker"):
+  // what the Trainer writes and reads back (T1).
+  void save(CheckpointData& checkpoint) const;
+  void restore(const CheckpointData& checkpoint, const std::string& path);
 
  private:
   GradScalerOptions opt_;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "crucible/train/job_config.h"
 
@@ -23,6 +24,19 @@ struct TrainFlags {
   bool restart = false;  // discard the run folder's checkpoints and metrics, start afresh
 };
 
+// How the run's precision and memory format were decided (`train.precision`).
+struct PrecisionTiming {
+  std::string precision;  // "fp32" | "bf16"
+  bool channels_last = false;
+  double ms = 0;          // best forward+backward time of one batch
+};
+struct PrecisionChoice {
+  std::string precision;        // "fp32" | "bf16" | "fp16"
+  bool channels_last = false;
+  std::string source;           // "configured" | "auto" (timed here) | "checkpoint" (a resumed run's)
+  std::vector<PrecisionTiming> timed;  // "auto": every candidate, in the order timed
+};
+
 struct TrainSummary {
   std::string run_dir;
   double test_acc = 0;        // 0–1
@@ -33,6 +47,13 @@ struct TrainSummary {
   int64_t steps = 0;
   std::string params_sha256;
   bool already_complete = false;  // nothing to do: the run had finished before
+  PrecisionChoice precision;
+  // What the last training step ran in (observed, not configured): the logits' dtype
+  // ("Float", "BFloat16", "Half"; empty if no step ran) and whether the model's input was
+  // channels_last.
+  std::string step_dtype;
+  bool step_channels_last = false;
+  int64_t loss_scale_tracker = 0;  // GradScaler's growth counter at the end (T1)
 };
 
 class Trainer {
@@ -66,6 +87,9 @@ namespace testing {
 // Test seam (T16): at optimizer step `step`, every micro-batch larger than `max_micro_batch`
 // samples fails as an allocation failure would. step < 0 disarms it.
 void inject_oom(int64_t step, int64_t max_micro_batch);
+// Test seam (M4): with CRUCIBLE_TEST_STEP_TRACE=PREFIX in the environment, each rank appends
+// "<step> <input size>" for every training step to PREFIX.rank<R>.
+constexpr const char* kStepTraceEnv = "CRUCIBLE_TEST_STEP_TRACE";
 }  // namespace testing
 
 }  // namespace crucible::train
