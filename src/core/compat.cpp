@@ -185,6 +185,18 @@ void release_cached_memory(c10::Device device) {
 #endif
 }
 
+int64_t cached_memory_bytes(c10::Device device) {
+#if defined(CRUCIBLE_WITH_CUDA)
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.reserved_bytes[0].current - stats.allocated_bytes[0].current;  // [0]: all pools
+  }
+#else
+  (void)device;
+#endif
+  return 0;
+}
+
 void set_deterministic(bool on) { at::globalContext().setDeterministicAlgorithms(on, /*warn_only=*/false); }
 
 void set_matmul_precision(const std::string& precision) { at::globalContext().setFloat32MatmulPrecision(precision); }

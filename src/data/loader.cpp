@@ -247,48 +247,89 @@ Batch sample_batch(const SamplePipeline& pipeline, int64_t n) {
   return b;
 }
 
-int choose_loader_threads(const SamplePipeline& pipeline, int max_threads, std::string* report) {
-  max_threads = std::max(1, max_threads);
-  if (max_threads == 1 || pipeline.size() == 0) return 1;
-  const size_t bytes = static_cast<size_t>(pipeline.output_spec().bytes());
-  double best = 0;
-  std::vector<double> rate(static_cast<size_t>(max_threads) + 1, 0.0);
-  for (int t = 1; t <= max_threads; ++t) {
-    std::atomic<int64_t> next{0}, done{0};
-    const auto start = std::chrono::steady_clock::now();
-    const auto stop = start + std::chrono::milliseconds(300);
-    std::vector<std::thread> workers;
-    for (int w = 0; w < t; ++w) {
-      workers.emplace_back([&] {
-        std::vector<uint8_t> dst(bytes);
-        while (std::chrono::steady_clock::now() < stop) {
-          const int64_t i = next.fetch_add(1) % pipeline.size();
-          try {
-            pipeline.produce(i, 0, dst.data());
-          } catch (const Error&) {
-          }
-          ++done;
-        }
-      });
-    }
-    for (auto& w : workers) w.join();
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    rate[static_cast<size_t>(t)] = static_cast<double>(done.load()) / secs;
-    best = std::max(best, rate[static_cast<size_t>(t)]);
+std::string LoaderThreadChoice::describe() const {
+  if (samples_per_s.empty()) return fmt::format("{} thread(s) (not measured)", threads);
+  std::string s;
+  for (size_t t = 1; t <= samples_per_s.size(); ++t) {
+    s += fmt::format("{}{}: {:.0f}/s", t > 1 ? ", " : "", t, samples_per_s[t - 1]);
   }
-  int chosen = max_threads;
-  for (int t = 1; t <= max_threads; ++t) {
-    if (rate[static_cast<size_t>(t)] >= 0.9 * best) {
-      chosen = t;
+  return fmt::format("{} thread(s) (measured samples/s with {})", threads, s);
+}
+
+LoaderThreadChoice LoaderThreadChoice::from_rates(std::vector<double> samples_per_s) {
+  if (samples_per_s.empty()) throw std::logic_error("LoaderThreadChoice::from_rates: no rates");
+  LoaderThreadChoice choice;
+  choice.samples_per_s = std::move(samples_per_s);
+  const double best = *std::max_element(choice.samples_per_s.begin(), choice.samples_per_s.end());
+  choice.threads = static_cast<int>(choice.samples_per_s.size());
+  for (size_t t = 1; t <= choice.samples_per_s.size(); ++t) {
+    if (choice.samples_per_s[t - 1] >= 0.9 * best) {
+      choice.threads = static_cast<int>(t);
       break;
     }
   }
-  if (report != nullptr) {
-    std::string s;
-    for (int t = 1; t <= max_threads; ++t) s += fmt::format("{}{}: {:.0f}/s", t > 1 ? ", " : "", t, rate[static_cast<size_t>(t)]);
-    *report = fmt::format("{} thread(s) (measured samples/s with {})", chosen, s);
+  return choice;
+}
+
+namespace {
+
+// Samples/s of `threads` workers running `pipeline` for `window`, timed from when every
+// worker has started (a worker the scheduler starts late must not count as a slow one).
+double measure_rate(const SamplePipeline& pipeline, int threads, std::chrono::milliseconds window) {
+  const size_t bytes = static_cast<size_t>(pipeline.output_spec().bytes());
+  std::atomic<int64_t> next{0}, done{0};
+  std::atomic<int> started{0};
+  std::atomic<bool> go{false};
+  std::chrono::steady_clock::time_point stop;  // written before `go`, read after it
+  std::vector<std::thread> workers;
+  for (int w = 0; w < threads; ++w) {
+    workers.emplace_back([&] {
+      std::vector<uint8_t> dst(bytes);
+      ++started;
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      while (std::chrono::steady_clock::now() < stop) {
+        const int64_t i = next.fetch_add(1) % pipeline.size();
+        try {
+          pipeline.produce(i, 0, dst.data());
+        } catch (const Error&) {
+        }
+        ++done;
+      }
+    });
   }
-  return chosen;
+  while (started.load() < threads) std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  stop = start + window;
+  go.store(true, std::memory_order_release);
+  for (auto& w : workers) w.join();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return static_cast<double>(done.load()) / secs;
+}
+
+}  // namespace
+
+LoaderThreadChoice measure_loader_threads(const SamplePipeline& pipeline, int max_threads) {
+  LoaderThreadChoice choice;
+  max_threads = std::max(1, max_threads);
+  if (max_threads == 1 || pipeline.size() == 0) return choice;
+  // 300 ms per count, as three interleaved rounds of 100 ms keeping each count's best: other
+  // load on the machine only ever slows a round down, and a burst of it lands on one round of
+  // every count rather than on all of one count.
+  constexpr int kRounds = 3;
+  choice.samples_per_s.assign(static_cast<size_t>(max_threads), 0.0);
+  for (int round = 0; round < kRounds; ++round) {
+    for (int t = 1; t <= max_threads; ++t) {
+      double& best = choice.samples_per_s[static_cast<size_t>(t - 1)];
+      best = std::max(best, measure_rate(pipeline, t, std::chrono::milliseconds(100)));
+    }
+  }
+  return LoaderThreadChoice::from_rates(std::move(choice.samples_per_s));
+}
+
+int choose_loader_threads(const SamplePipeline& pipeline, int max_threads, std::string* report) {
+  const LoaderThreadChoice choice = measure_loader_threads(pipeline, max_threads);
+  if (report != nullptr && !choice.samples_per_s.empty()) *report = choice.describe();
+  return choice.threads;
 }
 
 }  // namespace crucible::data

@@ -1,6 +1,6 @@
 // Sample sources (see sample_source.h): image folders (torchvision ImageFolder order), WebDataset
-// tar shards with a validated "<shard>.idx" offset index, LMDB, crucible's packed shards, and
-// open_samples' detection (including brace patterns "name-{000000..000009}.tar").
+// tar shards with a validated "<shard>.idx" offset index, LMDB, crucible's packed shards, the
+// evenly spaced subset, and open_samples' detection (brace patterns "name-{000000..000009}.tar").
 #include "crucible/data/sample_source.h"
 
 #include <lmdb.h>
@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
@@ -806,6 +807,32 @@ class PackedSource final : public SampleSource {
   std::string mode_;
 };
 
+// ---- evenly spaced subset -------------------------------------------------------------------
+
+class EvenSubset final : public SampleSource {
+ public:
+  EvenSubset(std::shared_ptr<const SampleSource> base, int64_t n) : base_(std::move(base)), n_(n) {}
+  int64_t size() const override { return n_; }
+  EncodedSample get(int64_t index) const override {
+    if (index < 0 || index >= n_) throw std::out_of_range("EvenSubset::get: index out of range");
+    return base_->get(base_index(index));
+  }
+  const std::vector<std::string>& classes() const override { return base_->classes(); }
+  std::string describe() const override { return fmt::format("{} evenly spaced samples of {}", n_, base_->describe()); }
+  int files_held() const override { return base_->files_held(); }
+  int files_per_read() const override { return base_->files_per_read(); }
+
+ private:
+  // i × size / n without overflow for any size an index can hold (i < n ≤ size < 2^63).
+  int64_t base_index(int64_t i) const {
+    const auto wide = static_cast<unsigned __int128>(i) * static_cast<unsigned __int128>(base_->size());
+    return static_cast<int64_t>(wide / static_cast<unsigned __int128>(n_));
+  }
+
+  std::shared_ptr<const SampleSource> base_;
+  int64_t n_;
+};
+
 // ---- detection ----------------------------------------------------------------------------
 
 // Expands the first "{a..b}" (numeric, zero padding kept when either bound has it) or
@@ -898,6 +925,15 @@ std::unique_ptr<SampleSource> open_lmdb(const std::string& path) { return std::m
 
 std::unique_ptr<SampleSource> open_packed(const std::string& index_path) {
   return std::make_unique<PackedSource>(index_path);
+}
+
+std::unique_ptr<SampleSource> subset_evenly(std::shared_ptr<const SampleSource> base, int64_t n) {
+  if (base == nullptr) throw std::logic_error("subset_evenly: no base source");
+  if (n < 1 || n > base->size()) {
+    throw bad_input("{}: cannot take {} evenly spaced samples of the {} it holds (expected 1 to {})", base->describe(),
+                    n, base->size(), base->size());
+  }
+  return std::make_unique<EvenSubset>(std::move(base), n);
 }
 
 std::unique_ptr<SampleSource> open_samples(const std::string& path) {

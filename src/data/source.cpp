@@ -21,7 +21,7 @@ InMemorySource::InMemorySource(ImageSpec spec, std::vector<uint8_t> pixels, std:
 }
 
 std::unique_ptr<InMemorySource> load_idx_source(const std::string& images_path, const std::string& labels_path,
-                                                int64_t limit) {
+                                                int64_t limit, const std::string& limit_name) {
   io::IdxArray images = io::read_idx(images_path);
   io::IdxArray labels = io::read_idx(labels_path);
   if (images.dtype != io::DType::kU8 || (images.shape.size() != 3 && images.shape.size() != 4)) {
@@ -47,7 +47,11 @@ std::unique_ptr<InMemorySource> load_idx_source(const std::string& images_path, 
   spec.order = spec.channels == 1 ? ColorOrder::kGray : ColorOrder::kRGB;
   spec.range = ValueRange::kByte;
   int64_t n = images.shape[0];
-  if (limit > 0 && limit < n) n = limit;
+  if (limit > n) {
+    throw bad_input("{} = {} but {} holds {} samples: ask for at most {}, or 0 for all", limit_name, limit, images_path,
+                    n, n);
+  }
+  if (limit > 0) n = limit;
   images.data.resize(static_cast<size_t>(n * spec.bytes()));
   images.data.shrink_to_fit();
   std::vector<int64_t> y(labels.data.begin(), labels.data.begin() + n);

@@ -142,7 +142,11 @@ InputSpec InputSpec::from_json(const std::string& text, const std::string& sourc
     s.channels = j.at("channels").get<int64_t>();
     s.height = j.at("height").get<int64_t>();
     s.width = j.at("width").get<int64_t>();
-    if (!j.at("order").is_null()) s.order = data::parse_color_order(j.at("order").get<std::string>(), source);
+    if (!j.at("order").is_null()) {
+      const std::string order = j.at("order").get<std::string>();
+      s.order = order == data::color_order_name(data::ColorOrder::kGray) ? data::ColorOrder::kGray
+                                                                         : data::parse_color_order(order, source);
+    }
     s.mean = j.at("mean").get<std::vector<double>>();
     s.std = j.at("std").get<std::vector<double>>();
     return s;

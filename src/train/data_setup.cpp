@@ -26,6 +26,19 @@ std::shared_ptr<const data::SamplePipeline> image_pipeline(std::shared_ptr<const
   return std::make_shared<data::ImagePipeline>(std::move(source), o);
 }
 
+// data.train_samples / data.test_samples (`key` = `n`) for a sample source: 0 keeps every
+// sample, otherwise n of them spread evenly (the source is ordered by class, so its first n
+// would hold only the first classes); more than the source holds is a wrong config.
+std::shared_ptr<const data::SampleSource> take_samples(std::shared_ptr<const data::SampleSource> source, int64_t n,
+                                                       const char* key, const std::string& path) {
+  if (n == 0) return source;
+  if (n > source->size()) {
+    throw bad_input("{} = {} but {} holds {} samples: ask for at most {}, or 0 for all", key, n, path, source->size(),
+                    source->size());
+  }
+  return data::subset_evenly(std::move(source), n);
+}
+
 // IDX pair inside `dir`: the gzip or plain files of the given split ("train" or "t10k").
 bool find_idx(const std::string& dir, const std::string& split, std::string* images, std::string* labels) {
   for (const char* ext : {".gz", ""}) {
@@ -45,10 +58,10 @@ bool find_idx(const std::string& dir, const std::string& split, std::string* ima
 DataSetup make_data(const JobConfig& job, uint64_t augment_seed) {
   DataSetup d;
   if (job.data.dataset == "idx") {
-    std::shared_ptr<const data::Source> train =
-        data::load_idx_source(job.data.train_images, job.data.train_labels, job.data.train_samples);
+    std::shared_ptr<const data::Source> train = data::load_idx_source(job.data.train_images, job.data.train_labels,
+                                                                      job.data.train_samples, "data.train_samples");
     std::shared_ptr<const data::Source> test =
-        data::load_idx_source(job.data.test_images, job.data.test_labels, job.data.test_samples);
+        data::load_idx_source(job.data.test_images, job.data.test_labels, job.data.test_samples, "data.test_samples");
     const data::ImageSpec a = train->spec(), b = test->spec();
     if (a.height != b.height || a.width != b.width || a.channels != b.channels) {
       throw bad_input("training images are {} but test images are {}", a.to_string(), b.to_string());
@@ -64,6 +77,8 @@ DataSetup make_data(const JobConfig& job, uint64_t augment_seed) {
   std::shared_ptr<const data::SampleSource> train = data::open_samples(job.data.train_path);
   std::shared_ptr<const data::SampleSource> test = data::open_samples(job.data.test_path);
   if (train->size() == 0) throw bad_input("{}: no samples", job.data.train_path);
+  train = take_samples(std::move(train), job.data.train_samples, "data.train_samples", job.data.train_path);
+  test = take_samples(std::move(test), job.data.test_samples, "data.test_samples", job.data.test_path);
   d.num_classes = static_cast<int64_t>(std::max(train->classes().size(), test->classes().size()));
   d.train = image_pipeline(train, job, augment_seed, true);
   d.test = image_pipeline(test, job, 0, false);
@@ -72,12 +87,15 @@ DataSetup make_data(const JobConfig& job, uint64_t augment_seed) {
 
 std::shared_ptr<const data::SamplePipeline> make_pipeline_for_path(const std::string& path, const JobConfig& job,
                                                                    uint64_t augment_seed, bool train) {
+  // The training split honours data.train_samples, the evaluation split data.test_samples.
+  const int64_t n = train ? job.data.train_samples : job.data.test_samples;
+  const char* key = train ? "data.train_samples" : "data.test_samples";
   std::string images, labels;
   if (fs::is_directory(path) && find_idx(path, train ? "train" : "t10k", &images, &labels)) {
-    std::shared_ptr<const data::Source> src = data::load_idx_source(images, labels, job.data.train_samples);
+    std::shared_ptr<const data::Source> src = data::load_idx_source(images, labels, n, key);
     return std::make_shared<data::ArrayPipeline>(src, train ? static_cast<float>(job.data.hflip) : 0.0f, augment_seed);
   }
-  return image_pipeline(data::open_samples(path), job, augment_seed, train);
+  return image_pipeline(take_samples(data::open_samples(path), n, key, path), job, augment_seed, train);
 }
 
 data::LoaderOptions loader_options(const JobConfig& job, int64_t batch_size, int threads) {

@@ -29,8 +29,14 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
   s.add("data", "color_order", &j.data.color_order, "channel order the pipeline delivers (D3)").choices({"RGB", "BGR"});
   s.add("data", "bad_samples", &j.data.bad_samples, "a sample that fails to read or decode: stop, or skip and report (D5)")
       .choices({"fail", "skip"});
-  s.add("data", "train_samples", &j.data.train_samples, "use the first N training samples (0 = all)").non_negative();
-  s.add("data", "test_samples", &j.data.test_samples, "use the first N test samples (0 = all)").non_negative();
+  s.add("data", "train_samples", &j.data.train_samples,
+        "use N training samples (0 = all): the first N of IDX files, N evenly spaced ones of images (every class in "
+        "proportion); more than there are is an error")
+      .non_negative();
+  s.add("data", "test_samples", &j.data.test_samples,
+        "use N test samples (0 = all): the first N of IDX files, N evenly spaced ones of images (every class in "
+        "proportion); more than there are is an error")
+      .non_negative();
   s.add("data", "hflip", &j.data.hflip, "probability of a random horizontal flip").min(0).max(1);
   s.add("data", "mean", &j.data.mean, "per-channel mean for normalisation, in mean_std_range units");
   s.add("data", "std", &j.data.std, "per-channel std for normalisation, in mean_std_range units").positive();

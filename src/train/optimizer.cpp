@@ -80,14 +80,18 @@ class AdamW final : public Optimizer {
         at::Tensor& m = exp_avg_[k];
         at::Tensor& v = exp_avg_sq_[k];
         ++k;
-        const at::Tensor& grad = p.tensor.grad();
-        if (!grad.defined()) continue;
-        at::Tensor param = p.tensor;
+        if (!p.tensor.grad().defined()) continue;
+        // T3: the update is computed in fp32 whatever the parameter's type, then rounded once
+        // into it (libtorch's CPU kernels also refuse half/float mixes in one in-place op).
+        const bool fp32 = p.tensor.scalar_type() == at::kFloat;
+        const at::Tensor grad = fp32 ? p.tensor.grad() : p.tensor.grad().to(at::kFloat);
+        at::Tensor param = fp32 ? p.tensor : p.tensor.to(at::kFloat);
         param.mul_(1.0 - lr * g.weight_decay);
         m.mul_(beta1).add_(grad, 1.0 - beta1);
         v.mul_(beta2_).addcmul_(grad, grad, 1.0 - beta2_);
         at::Tensor denom = (v.sqrt() / bias2_sqrt).add_(eps_);
         param.addcdiv_(m, denom, -step_size);
+        if (!fp32) p.tensor.copy_(param);
       }
     }
   }
@@ -145,18 +149,22 @@ class Sgd final : public Optimizer {
     for (auto& g : groups_) {
       for (auto& p : g.params) {
         at::Tensor& buf = buffers_[k++];
-        const at::Tensor& grad = p.tensor.grad();
-        if (!grad.defined()) continue;
-        at::Tensor d = g.weight_decay != 0.0 ? grad.add(p.tensor, g.weight_decay) : grad;
+        if (!p.tensor.grad().defined()) continue;
+        // As AdamW: computed in fp32, rounded once into a half/bf16 parameter (T3).
+        const bool fp32 = p.tensor.scalar_type() == at::kFloat;
+        const at::Tensor grad = fp32 ? p.tensor.grad() : p.tensor.grad().to(at::kFloat);
+        at::Tensor param = fp32 ? p.tensor : p.tensor.to(at::kFloat);
+        at::Tensor d = g.weight_decay != 0.0 ? grad.add(param, g.weight_decay) : grad;
         if (momentum != 0.0) {
           if (!buf.defined()) {
-            buf = d.clone().to(at::kFloat);
+            buf = d.clone();
           } else {
             buf.mul_(momentum).add_(d);
           }
           d = nesterov_ ? d.add(buf, momentum) : buf;
         }
-        p.tensor.add_(d, -lr);
+        param.add_(d, -lr);
+        if (!fp32) p.tensor.copy_(param);
       }
     }
   }
@@ -177,8 +185,17 @@ class Sgd final : public Optimizer {
     size_t k = 0;
     for (const auto& g : groups_) {
       for (const auto& p : g.params) {
-        const at::Tensor* s = find_state(state, p.name + ".momentum_buffer");
-        buffers_[k] = s != nullptr ? s->clone() : at::Tensor();
+        const std::string name = p.name + ".momentum_buffer";
+        const at::Tensor* s = find_state(state, name);
+        if (s != nullptr && s->sizes() != p.tensor.sizes()) {
+          throw bad_input("optimizer state: '{}' has shape [{}], the parameter needs [{}]", name,
+                          fmt::join(s->sizes(), ", "), fmt::join(p.tensor.sizes(), ", "));
+        }
+        if (s != nullptr && !at::isFloatingType(s->scalar_type())) {
+          throw bad_input("optimizer state: '{}' holds {}, a momentum buffer is floating point", name,
+                          c10::toString(s->scalar_type()));
+        }
+        buffers_[k] = s != nullptr ? s->to(at::kFloat).clone() : at::Tensor();
         ++k;
       }
     }

@@ -2,6 +2,7 @@
 #include "crucible/train/step.h"
 
 #include <ATen/ATen.h>
+#include <torch/nn/module.h>
 
 #include <algorithm>
 
@@ -13,8 +14,12 @@ namespace crucible::train {
 MicroBatchRecord accumulate_gradients(nn::Model& model, const at::Tensor& x, const at::Tensor& y,
                                       const MicroBatchOptions& options, at::Tensor& loss_sum, at::Tensor& correct) {
   MicroBatchRecord record;
-  record.input_channels_last = x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-                               !x.is_contiguous(at::MemoryFormat::Contiguous);
+  for (const auto& p : model.module().parameters()) {
+    if (p.dim() == 4 && p.size(1) > 1) {  // a convolution weight whose two layouts differ
+      record.channels_last = p.is_contiguous(at::MemoryFormat::ChannelsLast) && !p.is_contiguous();
+      break;
+    }
+  }
   const int64_t n = x.size(0);
   const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(options.parts, n));
   for (int64_t p = 0; p < parts; ++p) {

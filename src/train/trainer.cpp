@@ -948,7 +948,7 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
   s.precision = choice;
   const bool stepped = ran.logits_dtype != c10::ScalarType::Undefined;
   s.step_dtype = stepped ? c10::toString(ran.logits_dtype) : "";
-  s.step_channels_last = ran.input_channels_last;
+  s.step_channels_last = ran.channels_last;
   s.loss_scale_tracker = scaler.growth_tracker();
   json timed = json::array();
   for (const auto& t : choice.timed) {

@@ -4,6 +4,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
+#include <cstdio>
 #include <gtest/gtest.h>
 
 namespace crucible::compat {
@@ -32,7 +35,20 @@ TEST(Compat, GeneratorStateRoundTrips) {
   EXPECT_TRUE(at::equal(a, b));
 }
 
-TEST(Compat, VersionIsKnown) { EXPECT_FALSE(torch_version().empty()); }
+// The version compat reports is the libtorch CMake found (its TorchConfigVersion.cmake, a
+// source independent of the headers' macro), as major.minor.patch.
+TEST(Compat, VersionIsTheOneBuiltAgainst) {
+  const std::string v = torch_version();
+  int major = -1, minor = -1, patch = -1;
+  ASSERT_EQ(std::sscanf(v.c_str(), "%d.%d.%d", &major, &minor, &patch), 3) << v;
+  EXPECT_GE(major, 1);
+  int cmake_major = -1, cmake_minor = -1;
+  ASSERT_EQ(std::sscanf(CRUCIBLE_TORCH_CMAKE_VERSION, "%d.%d", &cmake_major, &cmake_minor), 2);
+  EXPECT_EQ(major, cmake_major) << "compat says " << v << ", CMake found " << CRUCIBLE_TORCH_CMAKE_VERSION;
+  EXPECT_EQ(minor, cmake_minor) << "compat says " << v << ", CMake found " << CRUCIBLE_TORCH_CMAKE_VERSION;
+  EXPECT_EQ(major, TORCH_VERSION_MAJOR);
+  EXPECT_EQ(minor, TORCH_VERSION_MINOR);
+}
 
 }  // namespace
 }  // namespace crucible::compat

@@ -1,10 +1,17 @@
-// ThreadPool: every task runs, on more than one thread, and destruction joins cleanly.
+// ThreadPool: every task runs, on more than one thread, and destruction joins cleanly;
+// available_cores() follows the calling thread's affinity mask. To add a case: a TEST() here,
+// pinning CPUs only inside a thread the test starts (never the test runner's own thread).
 #include "crucible/core/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <set>
+#include <thread>
+#include <vector>
 
 namespace crucible {
 namespace {
@@ -29,7 +36,40 @@ TEST(ThreadPool, RunsEveryTaskAndJoins) {
   EXPECT_GT(ids.size(), 1u);
 }
 
-TEST(ThreadPool, AvailableCoresIsPositive) { EXPECT_GE(available_cores(), 1); }
+// available_cores() on a thread pinned to `cpus` (sched_setaffinity(0) applies to the calling
+// thread only), run in a thread of its own so the test process keeps its mask.
+int cores_when_pinned_to(const std::vector<int>& cpus) {
+  int seen = -1;
+  std::thread t([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : cpus) CPU_SET(c, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+      ADD_FAILURE() << "sched_setaffinity failed: " << std::strerror(errno);
+      return;
+    }
+    seen = available_cores();
+  });
+  t.join();
+  return seen;
+}
+
+TEST(ThreadPool, AvailableCoresCountsTheAffinityMask) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0) << std::strerror(errno);
+  EXPECT_EQ(available_cores(), CPU_COUNT(&mask));
+  std::vector<int> allowed;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &mask)) allowed.push_back(c);
+  }
+  ASSERT_FALSE(allowed.empty());
+  EXPECT_EQ(cores_when_pinned_to({allowed.back()}), 1);
+  if (allowed.size() >= 2) {
+    EXPECT_EQ(cores_when_pinned_to({allowed[0], allowed.back()}), 2);
+  }
+  EXPECT_EQ(available_cores(), CPU_COUNT(&mask));  // the main thread's mask is untouched
+}
 
 }  // namespace
 }  // namespace crucible

@@ -1,18 +1,28 @@
 // Law 1 / D5 / D8 / D10: batches are identical for 1 and 4 threads, flips come from the
 // sample's own stream, a resumed position continues the same epoch, worker errors reach the
-// consumer, and bad samples are skipped (named, counted) or fail the run naming the sample.
+// consumer, bad samples are skipped (named, counted) or fail the run naming the sample, every
+// epoch runs on the same worker threads, and the thread count is chosen from measured rates.
+// To add a case: build a Loader over an InMemorySource (make_source) or a small fake
+// SamplePipeline that records or delays what it needs, and check the batches, never a timing.
 #include "crucible/data/loader.h"
 
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "crucible/core/error.h"
+#include "test_util.h"
 
 namespace crucible::data {
 namespace {
@@ -182,19 +192,49 @@ TEST(Loader, RanksCoverTheDataSetInDisjointShardsX1) {
 namespace crucible::data {
 namespace {
 
-int process_threads() {
-  int n = 0;
-  for (auto& e : std::filesystem::directory_iterator("/proc/self/task")) n += e.is_directory() ? 1 : 0;
-  return n;
-}
+// Records the kernel thread id (gettid: never reused while the thread lives, unlike
+// std::thread::id values) of every thread that produces a sample, per epoch.
+class ThreadRecordingPipeline : public SamplePipeline {
+ public:
+  explicit ThreadRecordingPipeline(std::shared_ptr<const SamplePipeline> inner) : inner_(std::move(inner)) {}
+  int64_t size() const override { return inner_->size(); }
+  ImageSpec output_spec() const override { return inner_->output_spec(); }
+  int64_t produce(int64_t index, int64_t epoch, uint8_t* dst) const override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tids_[epoch].insert(static_cast<int64_t>(::syscall(SYS_gettid)));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // batches overlap: several workers run
+    return inner_->produce(index, epoch, dst);
+  }
+  std::string describe() const override { return "recording " + inner_->describe(); }
+  std::set<int64_t> tids(int64_t epoch) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tids_.find(epoch);
+    return it == tids_.end() ? std::set<int64_t>{} : it->second;
+  }
+
+ private:
+  std::shared_ptr<const SamplePipeline> inner_;
+  mutable std::mutex mu_;
+  mutable std::map<int64_t, std::set<int64_t>> tids_;  // guarded by mu_
+};
 
 TEST(Loader, OnePersistentPoolAcrossEpochsD8) {
-  auto src = make_source(300);
-  Loader l(flipping(src), Sampler(300, true, 1), opts(3));
-  epoch(l, 0);
-  const int threads = process_threads();
-  for (int e = 1; e < 6; ++e) epoch(l, e);
-  EXPECT_EQ(process_threads(), threads);  // no workers created or leaked per epoch
+  auto recording = std::make_shared<ThreadRecordingPipeline>(flipping(make_source(300)));
+  Loader l(recording, Sampler(300, true, 1), opts(3));
+  for (int e = 0; e < 6; ++e) epoch(l, e);
+  const std::set<int64_t> first = recording->tids(0);
+  EXPECT_GT(first.size(), 1u) << "epoch 0 ran on one thread only";
+  EXPECT_LE(first.size(), 3u);
+  for (int e = 1; e < 6; ++e) {
+    const std::set<int64_t> now = recording->tids(e);
+    EXPECT_FALSE(now.empty());
+    for (int64_t tid : now) {
+      EXPECT_EQ(first.count(tid), 1u) << "epoch " << e << " ran on thread " << tid
+                                      << ", which epoch 0's workers did not include";
+    }
+  }
 }
 
 // Counts how many samples have been read, to see how far ahead the loader works.
@@ -289,13 +329,93 @@ TEST(Loader, FailPolicyStopsNamingTheSampleD5) {
   }
 }
 
-TEST(Loader, ChoosesAThreadCountD10) {
+// The count measure_loader_threads must pick from its own measurements: the smallest t whose
+// rate is at least 90% of the best.
+int smallest_within_ten_percent(const std::vector<double>& rates) {
+  const double best = *std::max_element(rates.begin(), rates.end());
+  for (size_t t = 1; t <= rates.size(); ++t) {
+    if (rates[t - 1] >= 0.9 * best) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+// describe() names the choice and every measured rate, as printed.
+void expect_describes(const LoaderThreadChoice& c) {
+  const std::string d = c.describe();
+  EXPECT_EQ(d.rfind(fmt::format("{} thread(s) (measured samples/s with ", c.threads), 0), 0u) << d;
+  for (size_t t = 1; t <= c.samples_per_s.size(); ++t) {
+    test::expect_contains(d, fmt::format("{}: {:.0f}/s", t, c.samples_per_s[t - 1]));
+  }
+}
+
+TEST(Loader, ThreadChoiceRuleIsTheSmallestCountWithinTenPercentOfTheBestD10) {
+  EXPECT_EQ(LoaderThreadChoice::from_rates({100, 200, 300, 400}).threads, 4);
+  EXPECT_EQ(LoaderThreadChoice::from_rates({100, 200, 210, 220}).threads, 2);  // 200 ≥ 0.9 × 220; the best is 4
+  EXPECT_EQ(LoaderThreadChoice::from_rates({100, 197, 210, 220}).threads, 3);  // 197 < 198
+  EXPECT_EQ(LoaderThreadChoice::from_rates({90, 100, 80}).threads, 1);         // exactly 90%
+  EXPECT_EQ(LoaderThreadChoice::from_rates({50, 300, 100, 280}).threads, 2);   // a dip after the best
+  EXPECT_EQ(LoaderThreadChoice::from_rates({7}).threads, 1);
+  const LoaderThreadChoice c = LoaderThreadChoice::from_rates({1000.4, 1999.6, 2100.0});
+  EXPECT_EQ(c.describe(), "2 thread(s) (measured samples/s with 1: 1000/s, 2: 2000/s, 3: 2100/s)");
+  EXPECT_EQ(LoaderThreadChoice{}.describe(), "1 thread(s) (not measured)");
+}
+
+TEST(Loader, ChoosesTheSmallestThreadCountWithinTenPercentOfTheBestD10) {
   auto src = make_source(2000);
-  std::string report;
-  const int t = choose_loader_threads(ArrayPipeline(src, 0.5f, 1), 2, &report);
-  EXPECT_GE(t, 1);
-  EXPECT_LE(t, 2);
-  EXPECT_NE(report.find("measured"), std::string::npos) << report;
+  const LoaderThreadChoice c = measure_loader_threads(ArrayPipeline(src, 0.5f, 1), 4);
+  ASSERT_EQ(c.samples_per_s.size(), 4u);
+  for (double r : c.samples_per_s) EXPECT_GT(r, 0.0);
+  EXPECT_EQ(c.threads, smallest_within_ten_percent(c.samples_per_s)) << c.describe();
+  expect_describes(c);
+}
+
+// produce() sleeps 2 ms, like a read waiting on storage; with `serialised`, inside one mutex
+// every thread shares, so a second thread only waits for the first.
+class SleepingPipeline : public SamplePipeline {
+ public:
+  explicit SleepingPipeline(bool serialised) : serialised_(serialised) {}
+  int64_t size() const override { return 1000; }
+  ImageSpec output_spec() const override { return ImageSpec{1, 1, 1, ColorOrder::kGray, ValueRange::kByte}; }
+  int64_t produce(int64_t index, int64_t, uint8_t* dst) const override {
+    if (serialised_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    *dst = static_cast<uint8_t>(index);
+    return 0;
+  }
+  std::string describe() const override { return serialised_ ? "serialised sleeper" : "sleeper"; }
+
+ private:
+  bool serialised_;
+  mutable std::mutex mu_;
+};
+
+// I/O-bound work: 4 threads read ~4× the samples of 1 (3 threads ~75% of 4) even on 2 cores.
+TEST(Loader, IoBoundPipelineGetsEveryThreadD10) {
+  const LoaderThreadChoice c = measure_loader_threads(SleepingPipeline(false), 4);
+  ASSERT_EQ(c.samples_per_s.size(), 4u);
+  EXPECT_EQ(c.threads, 4) << c.describe();
+  EXPECT_GT(c.samples_per_s[3], 2 * c.samples_per_s[0]) << c.describe();
+  expect_describes(c);
+}
+
+// Serialised work: extra threads add nothing, so one is chosen; the wrapper reports the same.
+TEST(Loader, SerialisedPipelineGetsOneThreadD10) {
+  const LoaderThreadChoice c = measure_loader_threads(SleepingPipeline(true), 4);
+  ASSERT_EQ(c.samples_per_s.size(), 4u);
+  EXPECT_EQ(c.threads, 1) << c.describe();
+  expect_describes(c);
+  std::string report = "untouched";
+  EXPECT_EQ(choose_loader_threads(SleepingPipeline(true), 3, &report), 1) << report;
+  EXPECT_EQ(report.rfind("1 thread(s) (measured samples/s with 1: ", 0), 0u) << report;
+  test::expect_contains(report, ", 3: ");
+  report = "untouched";
+  EXPECT_EQ(choose_loader_threads(SleepingPipeline(false), 1, &report), 1);  // nothing to measure
+  EXPECT_EQ(report, "untouched");
+  EXPECT_TRUE(measure_loader_threads(SleepingPipeline(false), 1).samples_per_s.empty());
 }
 
 }  // namespace

@@ -1,17 +1,27 @@
 // Sample sources and pack (D1, D5, D6, D11): image folders against torchvision's ImageFolder,
-// tar shards against Python's tarfile, LMDB and packed shards round trips, corrupt inputs.
-// To add a case: build the data in a test::TempDir (Python/PIL for real images), open it with
-// the source under test and compare bytes/labels with what Python or the writer produced.
+// tar shards against Python's tarfile, LMDB and packed shards round trips, corrupt inputs, the
+// descriptors each source really uses (D6), and the evenly spaced subset behind
+// data.train_samples / data.test_samples. To add a case: build the data in a test::TempDir
+// (Python/PIL for real images), open it with the source under test and compare bytes/labels
+// with what Python or the writer produced; for a new source also call expect_declared_descriptors.
 #include "crucible/data/sample_source.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -19,6 +29,8 @@
 #include "crucible/core/file.h"
 #include "crucible/data/decode.h"
 #include "crucible/data/pack.h"
+#include "crucible/io/idx.h"
+#include "crucible/train/data_setup.h"
 #include "test_util.h"
 
 namespace crucible::data {
@@ -69,6 +81,97 @@ void make_byte_folder(const std::string& root) {
   }
 }
 
+// ---- D6: descriptors as declared ------------------------------------------------------------
+
+// The descriptor numbers open in this process now (the listing's own left out), ascending.
+std::vector<int> open_fds() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) throw std::runtime_error(std::string("cannot list /proc/self/fd: ") + std::strerror(errno));
+  const int own = ::dirfd(dir);
+  std::vector<int> fds;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    if (fd != own) fds.push_back(fd);
+  }
+  ::closedir(dir);
+  std::sort(fds.begin(), fds.end());
+  return fds;
+}
+
+// Lowers the soft RLIMIT_NOFILE until destruction so that exactly `free` descriptor numbers
+// below it are unused: open() takes the lowest unused number and fails with EMFILE when that is
+// at or above the limit, so `free` more files can be open at once, and no more.
+class FreeDescriptors {
+ public:
+  explicit FreeDescriptors(int free) {
+    if (::getrlimit(RLIMIT_NOFILE, &saved_) != 0) throw std::runtime_error("getrlimit failed");
+    const std::vector<int> used = open_fds();
+    rlim_t limit = 0;
+    int unused = 0;
+    size_t k = 0;
+    for (int n = 0;; ++n) {  // the limit is the (free + 1)-th unused number
+      if (k < used.size() && used[k] == n) {
+        ++k;
+      } else if (unused++ == free) {
+        limit = static_cast<rlim_t>(n);
+        break;
+      }
+    }
+    struct rlimit lowered = saved_;
+    lowered.rlim_cur = limit;
+    if (::setrlimit(RLIMIT_NOFILE, &lowered) != 0) throw std::runtime_error("setrlimit failed");
+  }
+  ~FreeDescriptors() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+  FreeDescriptors(const FreeDescriptors&) = delete;
+  FreeDescriptors& operator=(const FreeDescriptors&) = delete;
+
+ private:
+  struct rlimit saved_ {};
+};
+
+// Reads sample `index` of `src` with exactly `free` descriptors to spare: "" when it succeeds
+// with the bytes of `want`, else what went wrong.
+std::string get_with_free_descriptors(const SampleSource& src, int64_t index, int free, const std::string& want) {
+  std::string outcome;
+  {
+    FreeDescriptors limit(free);  // nothing but get() may open a file in this scope
+    try {
+      const EncodedSample s = src.get(index);
+      if (bytes_of(s) != want) outcome = "get() returned other bytes";
+    } catch (const Error& e) {
+      outcome = e.what();
+    }
+  }
+  return outcome;
+}
+
+// D6: the loader sizes `ulimit -n` from files_held() and files_per_read(), so they must be what
+// the source does. Opening it keeps files_held() descriptors; get(`index`) leaves none behind,
+// works with files_per_read() descriptors to spare and, when it opens any, fails naming the
+// sample's file with one fewer.
+void expect_declared_descriptors(const std::function<std::unique_ptr<SampleSource>()>& open, int64_t index) {
+  const size_t before = open_fds().size();
+  const std::unique_ptr<SampleSource> src = open();
+  const size_t after_open = open_fds().size();
+  EXPECT_EQ(static_cast<int64_t>(after_open) - static_cast<int64_t>(before), src->files_held())
+      << "descriptors held by " << src->describe();
+  const EncodedSample want = src->get(index);
+  EXPECT_EQ(open_fds().size(), after_open) << "get(" << index << ") left descriptors open: " << src->describe();
+  const int per_read = src->files_per_read();
+  EXPECT_EQ(get_with_free_descriptors(*src, index, per_read, bytes_of(want)), "")
+      << "get(" << index << ") with " << per_read << " descriptors free: " << src->describe();
+  if (per_read >= 1) {
+    const std::string error = get_with_free_descriptors(*src, index, per_read - 1, bytes_of(want));
+    EXPECT_NE(error, "") << "get(" << index << ") succeeded with " << per_read - 1 << " descriptors free, so "
+                         << "files_per_read() = " << per_read << " is more than it needs: " << src->describe();
+    if (!error.empty()) {
+      EXPECT_NE(error.find(want.name), std::string::npos) << error;
+    }
+  }
+  EXPECT_EQ(open_fds().size(), after_open) << "the descriptor limit was not restored cleanly";
+}
+
 // ---- image folder ---------------------------------------------------------------------------
 
 TEST(ImageFolderSource, LabelsAndOrderEqualTorchvision) {
@@ -98,8 +201,9 @@ print(json.dumps({'classes': ds.classes, 'samples': ds.samples}))
     EXPECT_EQ(s.label, want["samples"][i][1].get<int64_t>()) << i;
     EXPECT_EQ(bytes_of(s), test::read_text(s.name)) << i;
   }
-  EXPECT_EQ(src->files_per_read(), 1);  // D6
+  EXPECT_EQ(src->files_per_read(), 1);  // D6: get() opens, reads and closes the file
   EXPECT_EQ(src->files_held(), 0);
+  expect_declared_descriptors([&] { return open_image_folder(root); }, src->size() - 1);
   EXPECT_NE(src->describe().find("3 classes"), std::string::npos) << src->describe();
 }
 
@@ -187,7 +291,9 @@ TEST(TarShardSource, GnuLongNamesLabelsAndBytesEqualPython) {
   expect_samples(*src, shard, want);
   EXPECT_EQ(src->classes(), (std::vector<std::string>{"0", "1", "2", "3", "4", "5", "6", "7"}));
   EXPECT_NE(src->describe().find("1 skipped without an image"), std::string::npos) << src->describe();
-  EXPECT_EQ(src->files_held(), 0);
+  EXPECT_EQ(src->files_held(), 0);  // D6: the shard is mapped, its descriptor closed
+  EXPECT_EQ(src->files_per_read(), 0);
+  expect_declared_descriptors([&] { return open_tar_shards({shard}); }, 2);
 }
 
 TEST(TarShardSource, PaxHeadersAndUstarPrefixEqualPython) {
@@ -334,7 +440,9 @@ TEST(LmdbSource, WriteFromImageFolderReadBackEqual) {
       EXPECT_EQ(bytes_of(a), bytes_of(b)) << i;
       EXPECT_EQ(a.label, b.label) << i;
     }
-    EXPECT_EQ(db->files_held(), 1);  // D6
+    EXPECT_EQ(db->files_held(), 1);  // D6: data.mdb stays open (no lock file)
+    EXPECT_EQ(db->files_per_read(), 0);
+    expect_declared_descriptors([&] { return open_lmdb(path); }, 4);
   }
 }
 
@@ -418,7 +526,9 @@ TEST(PackSamples, OriginalRoundTripAlignedAcrossShards) {
     EXPECT_TRUE(r.bad.empty());
     auto packed = open_packed(dst + "/index.crpk");
     expect_same(*folder, *packed);
-    EXPECT_EQ(packed->files_held(), 0);
+    EXPECT_EQ(packed->files_held(), 0);  // D6: shards are mapped, their descriptors closed
+    EXPECT_EQ(packed->files_per_read(), 0);
+    expect_declared_descriptors([&] { return open_packed(dst); }, 7);
     EXPECT_NE(packed->get(2).name.find(dst + "/shard-00000.bin#2"), std::string::npos) << packed->get(2).name;
 
     const IndexFile idx = read_index(dst + "/index.crpk");
@@ -674,6 +784,142 @@ TEST(PackSamples, RawRoundTripsPixels) {
     }
     EXPECT_LE(worst, 2) << "pixel differs from the 2x2 mean by more than rounding";
   }
+}
+
+// ---- evenly spaced subset -------------------------------------------------------------------
+
+// An image folder of raw-pixel samples ("CRWP", see decode.h), `per_class[c]` in class c: sample
+// k (in folder order) is a 4×4 RGB image whose every byte is k, so a pixel names its sample.
+void make_raw_folder(const std::string& root, const std::vector<int>& per_class) {
+  int k = 0;
+  for (size_t c = 0; c < per_class.size(); ++c) {
+    const std::string dir = root + "/class" + std::to_string(c);
+    fs::create_directories(dir);
+    for (int i = 0; i < per_class[c]; ++i, ++k) {
+      std::string raw = std::string(kRawMagic, 4) + std::string("\x04\0\0\0\x04\0\0\0\x03\0\0\0", 12);
+      raw += std::string(4 * 4 * 3, static_cast<char>(k));
+      char name[16];
+      std::snprintf(name, sizeof(name), "%04d.png", i);  // sorted order = creation order
+      test::write_text(dir + "/" + name, raw);
+    }
+  }
+}
+
+TEST(EvenSubsetSource, KeepsEveryClassInProportionAndMapsIndexIToISizeOverN) {
+  test::TempDir d;
+  make_raw_folder(d / "f", {30, 60, 90});
+  std::shared_ptr<const SampleSource> folder = open_image_folder(d / "f");
+  ASSERT_EQ(folder->size(), 180);
+  for (int64_t n : {60, 7, 1, 179, 180}) {
+    auto sub = subset_evenly(folder, n);
+    ASSERT_EQ(sub->size(), n);
+    EXPECT_EQ(sub->classes(), folder->classes());
+    std::vector<int64_t> per_class(3, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const EncodedSample s = sub->get(i), b = folder->get(i * 180 / n);
+      EXPECT_EQ(s.name, b.name) << "n=" << n << " i=" << i;
+      EXPECT_EQ(s.label, b.label) << s.name;
+      EXPECT_EQ(bytes_of(s), bytes_of(b)) << s.name;
+      ++per_class[static_cast<size_t>(s.label)];
+    }
+    const double share[3] = {30.0 / 180, 60.0 / 180, 90.0 / 180};
+    for (size_t c = 0; c < 3; ++c) {
+      EXPECT_LT(std::abs(static_cast<double>(per_class[c]) - share[c] * static_cast<double>(n)), 1.0)
+          << "class " << c << " holds " << per_class[c] << " of " << n;
+    }
+    if (n == 60) {
+      EXPECT_EQ(per_class, (std::vector<int64_t>{10, 20, 30}));
+    }
+    if (n >= 3) {
+      EXPECT_GT(*std::min_element(per_class.begin(), per_class.end()), 0) << "n=" << n;
+    }
+  }
+  auto sub = subset_evenly(folder, 60);
+  EXPECT_EQ(sub->describe(), "60 evenly spaced samples of " + folder->describe());
+  EXPECT_EQ(sub->files_per_read(), 1);  // forwarded: the loader's D6 check sees the real source
+  EXPECT_EQ(sub->files_held(), 0);
+  test::expect_bad_input([&] { subset_evenly(folder, 181); }, {"181", "180", "image folder"});
+  test::expect_bad_input([&] { subset_evenly(folder, 0); }, {"0 evenly spaced", "180"});
+  write_lmdb(*folder, d / "db");
+  auto lmdb_sub = subset_evenly(open_lmdb(d / "db"), 9);
+  EXPECT_EQ(lmdb_sub->files_held(), 1);
+  EXPECT_EQ(lmdb_sub->files_per_read(), 0);
+  EXPECT_EQ(lmdb_sub->classes(), folder->classes());
+  EXPECT_EQ(bytes_of(lmdb_sub->get(8)), bytes_of(folder->get(8 * 180 / 9)));
+}
+
+// data.train_samples / data.test_samples through train::make_data (torch-free, in crucible_base;
+// here until tests/train has a torch-free file in base_tests): N evenly spaced samples of an
+// image source, the first N of IDX files, and more than there are refused naming the key.
+TEST(EvenSubsetSource, MakeDataHonoursTrainAndTestSamplesForImages) {
+  test::TempDir d;
+  make_raw_folder(d / "train", {30, 60, 90});
+  make_raw_folder(d / "test", {10, 10, 10});
+  train::JobConfig job;
+  job.data.dataset = "images";
+  job.data.train_path = d / "train";
+  job.data.test_path = d / "test";
+  job.data.crop = 4;
+  job.data.train_samples = 60;
+  job.data.test_samples = 6;
+  const train::DataSetup ds = train::make_data(job, 1);
+  ASSERT_EQ(ds.train->size(), 60);
+  ASSERT_EQ(ds.test->size(), 6);
+  EXPECT_EQ(ds.num_classes, 3);
+  test::expect_contains(ds.train->describe(), "60 evenly spaced samples of image folder " + d / "train");
+  std::vector<uint8_t> px(static_cast<size_t>(ds.train->output_spec().bytes()));
+  for (const auto& [pipeline, size] : {std::pair{ds.train, int64_t{180}}, std::pair{ds.test, int64_t{30}}}) {
+    std::vector<int64_t> per_class(3, 0);
+    for (int64_t i = 0; i < pipeline->size(); ++i) {
+      const int64_t label = pipeline->produce(i, 0, px.data());
+      const int64_t k = i * size / pipeline->size();  // the folder sample it must be
+      EXPECT_EQ(px[0], static_cast<uint8_t>(k)) << pipeline->describe() << " sample " << i;
+      EXPECT_EQ(px.back(), static_cast<uint8_t>(k)) << pipeline->describe() << " sample " << i;
+      ++per_class[static_cast<size_t>(label)];
+    }
+    const int64_t third = pipeline->size() == 60 ? 10 : 2;  // train: 1:2:3 like the folder; test: even
+    EXPECT_EQ(per_class, (std::vector<int64_t>{third, pipeline->size() == 60 ? 2 * third : third,
+                                               pipeline->size() == 60 ? 3 * third : third}))
+        << pipeline->describe();
+  }
+  // The bench loader's pipeline over a path takes data.train_samples the same way (and
+  // data.test_samples for the evaluation split, --eval).
+  auto bench = train::make_pipeline_for_path(d / "train", job, 1, true);
+  ASSERT_EQ(bench->size(), 60);
+  bench->produce(59, 0, px.data());
+  EXPECT_EQ(px[0], 59 * 180 / 60);
+  test::expect_bad_input([&] { train::make_pipeline_for_path(d / "test", job, 1, true); },
+                         {"data.train_samples = 60", "30 samples", "test"});
+  EXPECT_EQ(train::make_pipeline_for_path(d / "test", job, 1, false)->size(), 6);
+  // More than the data holds is a wrong config, for images and IDX alike.
+  job.data.train_samples = 181;
+  test::expect_bad_input([&] { train::make_data(job, 1); }, {"data.train_samples = 181", "holds 180 samples"});
+  job.data.train_samples = 0;
+  job.data.test_samples = 31;
+  test::expect_bad_input([&] { train::make_data(job, 1); }, {"data.test_samples = 31", "holds 30 samples"});
+  job.data.test_samples = 0;
+  EXPECT_EQ(train::make_data(job, 1).train->size(), 180);  // 0 = all
+
+  std::vector<uint8_t> idx_px(6 * 4);
+  for (size_t i = 0; i < idx_px.size(); ++i) idx_px[i] = static_cast<uint8_t>(i / 4);
+  io::write_idx(d / "img", io::IdxArray{io::DType::kU8, {6, 2, 2}, idx_px}, false);
+  io::write_idx(d / "lab", io::IdxArray{io::DType::kU8, {6}, {5, 4, 3, 2, 1, 0}}, false);
+  job.data.dataset = "idx";
+  job.data.train_images = job.data.test_images = d / "img";
+  job.data.train_labels = job.data.test_labels = d / "lab";
+  job.data.hflip = 0;
+  job.data.train_samples = 3;
+  const train::DataSetup idx = train::make_data(job, 1);
+  ASSERT_EQ(idx.train->size(), 3);  // IDX: the first N
+  EXPECT_EQ(idx.test->size(), 6);
+  std::vector<uint8_t> one(4);
+  EXPECT_EQ(idx.train->produce(2, 0, one.data()), 3);
+  EXPECT_EQ(one[0], 2);
+  job.data.train_samples = 7;
+  test::expect_bad_input([&] { train::make_data(job, 1); }, {"data.train_samples = 7", "holds 6 samples"});
+  job.data.train_samples = 0;
+  job.data.test_samples = 7;
+  test::expect_bad_input([&] { train::make_data(job, 1); }, {"data.test_samples = 7", "holds 6 samples"});
 }
 
 // ---- detection ------------------------------------------------------------------------------

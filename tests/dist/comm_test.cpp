@@ -160,7 +160,9 @@ TEST(GradSync, AccumulationCommunicatesOnlyOnTheLastMicroBatchM5) {
       sync.communicate(k == 3);
       const int64_t at = 8 * r + 2 * k;
       (at::cross_entropy_loss(m.forward(x.narrow(0, at, 2)), y.narrow(0, at, 2)) * 0.25).backward();
-      if (k < 3) EXPECT_EQ(c.collectives(), before) << "micro-batch " << k << " communicated";
+      if (k < 3) {
+        EXPECT_EQ(c.collectives(), before) << "micro-batch " << k << " communicated";
+      }
     }
     sync.finish();
     EXPECT_EQ(c.collectives() - before, sync.num_buckets());  // each bucket once, on the last one

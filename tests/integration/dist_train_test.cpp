@@ -10,10 +10,13 @@
 #include <chrono>
 #include <filesystem>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "crucible/train/schedule.h"
 #include "test_util.h"
 
 namespace crucible {
@@ -216,16 +219,38 @@ TEST(DistTrain, HungRankIsNamedOnceTheTimeoutPassesX10) {
   expect_contains(launch.err(), "Timed out");
 }
 
-// M4: multi-scale training on 2 ranks runs each step at the size drawn from (seed, step), then
-// evaluates at the data's size; the replicas agree at the checkpoint (compared by the trainer).
+// M4: multi-scale training on 2 ranks runs each step at the size drawn from (seed, step) —
+// recorded by each rank for every step (CRUCIBLE_TEST_STEP_TRACE) and compared: the ranks
+// trained the same size at every step, every size of the list occurs, and the sizes equal
+// multi_scale_size() (so a resume draws what the uninterrupted run drew). Then evaluation at
+// the data's size; the replicas agree at the checkpoint (compared by the trainer).
 // Also law 4: only rank 0 prints and writes (X6–X8).
 TEST(DistTrain, MultiScaleTrainsOnTwoRanksM4) {
   test::TempDir d;
+  ::setenv("CRUCIBLE_TEST_STEP_TRACE", (d / "sizes").c_str(), 1);
   const auto r = test::run_command(launched(
       2, train_cmd(d, "ms", {"--set", "train.multi_scale=[20, 28, 36]", "--set", "train.max_steps=30", "--set",
                              "data.test_samples=500", "--set", "train.batch_size=64"})));
+  ::unsetenv("CRUCIBLE_TEST_STEP_TRACE");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   expect_contains(r.out, "multi-scale (M4): each step trains at one of 20, 28, 36 px");
+  auto trace = [&](int rank) {
+    std::vector<std::pair<int64_t, int64_t>> steps;
+    std::istringstream lines(test::read_text(d / ("sizes.rank" + std::to_string(rank))));
+    int64_t step = 0, size = 0;
+    while (lines >> step >> size) steps.emplace_back(step, size);
+    return steps;
+  };
+  const auto r0 = trace(0), r1 = trace(1);
+  ASSERT_EQ(r0.size(), 30u);
+  EXPECT_EQ(r0, r1) << "the ranks trained different sizes";
+  std::set<int64_t> seen;
+  for (size_t i = 0; i < r0.size(); ++i) {
+    EXPECT_EQ(r0[i].first, static_cast<int64_t>(i));
+    EXPECT_EQ(r0[i].second, train::multi_scale_size(0, r0[i].first, {20, 28, 36})) << "step " << i;
+    seen.insert(r0[i].second);
+  }
+  EXPECT_EQ(seen, (std::set<int64_t>{20, 28, 36}));
   const json s = json::parse(test::read_text(d.path() + "/ms/summary.json"));
   EXPECT_GT(s["test_acc"].get<double>(), 0.5);
   // Law 4 (X6–X8): one rank printed, drew progress and wrote the run folder.

@@ -1,7 +1,7 @@
 // The `crucible train` program end to end, on subsets of Debian's Fashion-MNIST: exit codes
 // and messages for bad config (2), the run folder's contents, bit-exact resume after SIGKILL
 // in the second epoch (law 1, law 5), fallback past a truncated checkpoint, reruns of a
-// finished or different run, and (label slow) the default job's accuracy.
+// finished or different run, and (label slow) the default recipe on 2 ranks against 1.
 // To add a case: build the command with small_run() and assert on files in the run folder.
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crucible/train/schedule.h"
 #include "test_util.h"
 
 namespace crucible {
@@ -150,6 +151,22 @@ TEST(TrainCli, RunFolderHoldsConfigMetricsCheckpointsAndSummary) {
   expect_contains(r.out, "epoch 1/1 step 8/32");
   expect_contains(r.out, "done: test accuracy");
   expect_contains(r.out, "seed 0 → streams");  // T15: the seeds are stated
+
+  // Law 3: the checkpoint keeps the input convention the model was trained on. Evaluating it
+  // with the same data gives the run's accuracy; with another normalisation it is refused
+  // before any work, naming both.
+  const std::vector<std::string> eval = {test::crucible_binary(), "eval", "--json", "--set", "run.dir=" + d.path(),
+                                         "--set", "run.name=folder", "--set", "data.test_samples=1000"};
+  auto ok = test::run_command(eval);
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(json::parse(ok.out.substr(ok.out.rfind('{')))["test_acc"], s["test_acc"]);
+  std::vector<std::string> other = eval;
+  other.insert(other.end(), {"--set", "data.mean=[0.5]"});
+  auto bad = test::run_command(other);
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  expect_contains(bad.err, "was trained on inputs normalised with mean [0.286] std [0.353]");
+  expect_contains(bad.err, "normalises with mean [0.5]");
+  expect_contains(bad.err, "data.mean");
 }
 
 // Starts a run, SIGKILLs it at a mid-epoch checkpoint of the second epoch, returns the step of
@@ -248,25 +265,56 @@ TEST(TrainCli, RerunsOfFinishedOrDifferentRuns) {
   EXPECT_EQ(test::run_command(with(small_run(d, "none", 1), {"--resume"})).exit_code, 2);
 }
 
-// Acceptance of the default job (label slow): ≥ 91.0% test accuracy, as `make demo` runs it.
-// The default job reaches 91%; and (issue 6) the same job under `crucible launch --nproc 2`
-// (2 ranks × batch 256, Gloo) ends within 0.3 points of the single process.
-TEST(TrainCliSlow, DefaultJobReaches91PercentAndTwoRanksMatchIt) {
+// The default job on 2 ranks trains as it does in one process (label slow, the longest test):
+// 200 steps of the default recipe (bf16, channels_last, AdamW one-cycle, flips, dropout,
+// label smoothing) on 51,200 samples, one process × batch 256 against `crucible launch
+// --nproc 2` × 128 with dist.bn = sync, so every step sees the same 256 samples and the same
+// BatchNorm statistics. The runs differ only by rounding (reduction order), which AdamW turns
+// into small weight differences; the training loss at every log interval and the final test
+// accuracy must agree closely. The default job's full 10 epochs (≥ 91%) is `make demo`'s
+// check and bench/fmnist_vs_pytorch's, where time is reported, not judged (issue 10).
+TEST(TrainCliSlow, TwoRanksTrainTheDefaultRecipeAsOneProcess) {
   test::TempDir d;
-  auto r = test::run_command({test::crucible_binary(), "train", "--set", "run.dir=" + d.path()});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json s = read_json(d / "fashion_mnist/summary.json");
-  EXPECT_GE(s["test_acc"].get<double>(), 0.910);
-  std::printf("default job: test_acc %.4f, train_seconds %.1f\n", s["test_acc"].get<double>(),
-              s["train_seconds"].get<double>());
-  auto two = test::run_command({test::crucible_binary(), "launch", "--nproc", "2", "--", "crucible", "train", "--set",
-                                "run.dir=" + d.path(), "--set", "run.name=two_ranks"});
-  ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
-  const json t = read_json(d / "two_ranks/summary.json");
-  EXPECT_EQ(t["world_size"], 2);
-  std::printf("default job on 2 ranks: test_acc %.4f (1 process %.4f), train_seconds %.1f\n",
-              t["test_acc"].get<double>(), s["test_acc"].get<double>(), t["train_seconds"].get<double>());
-  EXPECT_LE(std::abs(t["test_acc"].get<double>() - s["test_acc"].get<double>()), 0.003);
+  const std::vector<std::string> job = {"--set", "run.dir=" + d.path(), "--set", "data.train_samples=51200",
+                                        "--set", "train.epochs=1", "--set", "dist.bn=sync", "--set",
+                                        "log.every_steps=25"};
+  std::vector<std::string> one = {test::crucible_binary(), "train", "--set", "run.name=one"};
+  one.insert(one.end(), job.begin(), job.end());
+  std::vector<std::string> two = {test::crucible_binary(), "launch", "--nproc", "2", "--", "crucible", "train",
+                                  "--set", "run.name=two", "--set", "train.batch_size=128"};
+  two.insert(two.end(), job.begin(), job.end());
+  auto r1 = test::run_command(one);
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  auto r2 = test::run_command(two);
+  ASSERT_EQ(r2.exit_code, 0) << r2.out << r2.err;
+  const json s1 = read_json(d / "one/summary.json"), s2 = read_json(d / "two/summary.json");
+  EXPECT_EQ(s1["world_size"], 1);
+  EXPECT_EQ(s2["world_size"], 2);
+  EXPECT_EQ(s1["steps"], 200);
+  EXPECT_EQ(s2["steps"], 200);
+  EXPECT_EQ(s1["samples"], s2["samples"]);
+  auto losses = [](const std::string& path) {
+    std::vector<std::pair<int64_t, double>> out;
+    std::istringstream lines(test::read_text(path));
+    for (std::string line; std::getline(lines, line);) {
+      const json j = json::parse(line);
+      if (j["type"] == "train") out.emplace_back(j["step"].get<int64_t>(), j["loss"].get<double>());
+    }
+    return out;
+  };
+  const auto l1 = losses(d / "one/metrics.jsonl"), l2 = losses(d / "two/metrics.jsonl");
+  ASSERT_EQ(l1.size(), 8u);
+  ASSERT_EQ(l2.size(), l1.size());
+  for (size_t i = 0; i < l1.size(); ++i) {
+    EXPECT_EQ(l1[i].first, l2[i].first);
+    EXPECT_NEAR(l2[i].second, l1[i].second, 0.02 * l1[i].second) << "training loss at step " << l1[i].first;
+  }
+  const double a1 = s1["test_acc"], a2 = s2["test_acc"];
+  std::printf("200 steps: 1 process test_acc %.4f (%.1f s), 2 ranks %.4f (%.1f s); loss at step 200: %.4f vs %.4f\n",
+              a1, s1["train_seconds"].get<double>(), a2, s2["train_seconds"].get<double>(), l1.back().second,
+              l2.back().second);
+  EXPECT_GT(a1, 0.85);
+  EXPECT_NEAR(a2, a1, 0.01);
 }
 
 }  // namespace
@@ -339,16 +387,33 @@ TEST(TrainCli, DivergenceExitsThreeNamingStepAndTensor) {
   }
 }
 
-// M5 / T4 / T7: accumulation over micro-batches, parameter groups and the lr scaling rule are
-// applied and stated in the log.
-TEST(TrainCli, AccumulationGroupsAndLrScalingAreStated) {
+// M5 / T4 / T7 and clipping, checked on what the run did: the lr of every logged step is the
+// schedule's at the scaled peak (lr_per_256 × 128 / 256), and the global gradient norm the
+// optimizer saw never exceeded train.clip_norm although the raw norm did (metrics.jsonl). That
+// accumulation gives the whole batch's gradient is Step.AccumulatedMicroBatchesGive… (M5).
+TEST(TrainCli, LrScalingClippingAndAccumulationAreApplied) {
   test::TempDir d;
+  const double clip = 0.25;
   auto r = test::run_command(with(small_run(d, "acc", 1), {"--set", "train.accumulate=4", "--set",
-                                                           "optim.lr_per_256=0.001", "--set", "train.clip_norm=1.0"}));
+                                                           "optim.lr_per_256=0.001", "--set", "train.clip_norm=0.25",
+                                                           "--set", "log.every_steps=1"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_contains(r.out, "(4 micro-batches)");
-  expect_contains(r.out, "lr = 0.001 per 256 samples × global batch 128 / 256 = 0.0005 (T7)");
   expect_contains(r.out, "parameter groups (T4): 6 tensors with weight decay 0.0005, 10 biases/norm weights with 0");
+  const train::Schedule schedule(train::ScheduleOptions{}, 0.001 * 128 / 256, 0.9, kStepsPerEpoch);
+  int records = 0, clipped = 0;
+  std::istringstream lines(test::read_text(d / "acc/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    const json j = json::parse(line);
+    if (j["type"] != "train") continue;
+    ++records;
+    const int64_t step = j["step"];  // logged after step `step` ran with the schedule's point step - 1
+    EXPECT_NEAR(j["lr"].get<double>(), schedule.at(step - 1).lr, 1e-12) << "step " << step;
+    EXPECT_LE(j["grad_norm_max_clipped"].get<double>(), clip * (1 + 1e-4)) << "step " << step;
+    if (j["grad_norm_max"].get<double>() > clip * 1.01) ++clipped;
+  }
+  EXPECT_EQ(records, kStepsPerEpoch);
+  EXPECT_GT(clipped, 0) << "the raw gradient norm never exceeded " << clip << ": clipping was not exercised";
   EXPECT_GT(read_json(d / "acc/summary.json")["test_acc"].get<double>(), 0.5);
 }
 
@@ -373,30 +438,46 @@ TEST(TrainCli, TuneBatchFindsTheLargestThatFits) {
   EXPECT_EQ(test::run_command({test::crucible_binary(), "tune", "batch"}).exit_code, 2);  // CPU needs a budget
 }
 
-// T1: with loss scaling on, the scale and its growth counter survive a kill and resume.
+// T1: with loss scaling on, the scale and its growth counter survive a kill and resume. The
+// scale grows every 6 clean steps and checkpoints fall every 5, so the checkpoint resumed from
+// (asserted) holds a counter that is not 0: a resume that dropped it would grow the scale at
+// other steps and end with another counter.
 TEST(TrainCli, LossScaleSurvivesAResumeT1) {
   test::TempDir d;
-  auto ref = test::run_command(
-      with(small_run(d, "plain"), {"--set", "train.loss_scaling=on", "--set", "train.loss_scale_interval=7"}));
+  const std::initializer_list<std::string> scaling = {"--set", "train.loss_scaling=on", "--set",
+                                                      "train.loss_scale_interval=6"};
+  auto ref = test::run_command(with(small_run(d, "plain"), scaling));
   ASSERT_EQ(ref.exit_code, 0) << ref.err;
   const json want = read_json(d / "plain/summary.json");
-  EXPECT_GT(want["loss_scale"].get<double>(), 65536.0);  // it grew every 7 clean steps
-  test::Child child(with(small_run(d, "killed"), {"--set", "train.loss_scaling=on", "--set", "train.loss_scale_interval=7"}),
-                    d.path());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto steps = checkpoint_steps(d / "killed");
-    if (!steps.empty() && steps.back() > kStepsPerEpoch && steps.back() < 2 * kStepsPerEpoch - 5) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  child.kill(SIGKILL);
-  child.wait();
-  auto resumed = test::run_command(with(small_run(d, "killed"), {"--set", "train.loss_scaling=on", "--set",
-                                                                 "train.loss_scale_interval=7"}));
+  EXPECT_GT(want["loss_scale"].get<double>(), 65536.0);  // it grew every 6 clean steps
+  const int64_t killed_at = [&] {
+    test::Child child(with(small_run(d, "killed"), scaling), d.path());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+    while (std::chrono::steady_clock::now() < deadline && child.running()) {
+      auto steps = checkpoint_steps(d / "killed");
+      if (!steps.empty() && steps.back() > kStepsPerEpoch && steps.back() < 2 * kStepsPerEpoch - 5) {
+        child.kill(SIGKILL);
+        child.wait();
+        return steps.back();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return int64_t{-1};
+  }();
+  ASSERT_GT(killed_at, kStepsPerEpoch) << "no second-epoch checkpoint before the run ended";
+  char name[64];
+  std::snprintf(name, sizeof(name), "/checkpoints/ckpt-%09lld.safetensors", static_cast<long long>(killed_at));
+  auto inspect = test::run_command({test::crucible_binary(), "inspect", d / "killed" + name, "--json"});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  const json meta = json::parse(inspect.out)["metadata"];
+  EXPECT_NE(meta["loss_scale_tracker"], "0") << "checkpoint at step " << killed_at;
+  EXPECT_EQ(meta["loss_scale_tracker"], std::to_string(killed_at % 6));
+  auto resumed = test::run_command(with(small_run(d, "killed"), scaling));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   const json got = read_json(d / "killed/summary.json");
-  EXPECT_FALSE(got["resumed_from_step"].is_null());
+  EXPECT_EQ(got["resumed_from_step"], killed_at);
   EXPECT_EQ(got["loss_scale"], want["loss_scale"]);
+  EXPECT_EQ(got["loss_scale_growth_tracker"], want["loss_scale_growth_tracker"]);
   EXPECT_EQ(got["params_sha256"], want["params_sha256"]);
 }
 

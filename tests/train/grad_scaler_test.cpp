@@ -69,19 +69,23 @@ TEST(GradScaler, NamesTheFirstNonFiniteTensor) {
   EXPECT_TRUE(all_finite({at::ones({2}), at::Tensor()}));
 }
 
+// The save/restore the Trainer's checkpoints use, through a real checkpoint file: scale and
+// growth counter (not 0 here) come back, and the two scalers then agree step by step. The
+// end-to-end kill-and-resume is TrainCli.LossScaleSurvivesAResumeT1.
 TEST(GradScaler, StateSurvivesACheckpointT1) {
   test::TempDir d;
   GradScaler s(GradScalerOptions{true, 1024.0, 2.0, 0.5, 5});
   s.update(false);
   s.update(true);
   s.update(false);
+  s.update(false);
+  ASSERT_EQ(s.growth_tracker(), 2);
   CheckpointData c;
-  c.meta["loss_scale"] = fmt::format("{:.17g}", s.scale());
-  c.meta["loss_scale_tracker"] = std::to_string(s.growth_tracker());
+  s.save(c);
   write_checkpoint(d / "c", c);
   CheckpointData r = read_checkpoint(d / "c");
-  GradScaler t(GradScalerOptions{true});
-  t.load(r.meta_double("loss_scale", "c"), r.meta_int("loss_scale_tracker", "c"));
+  GradScaler t(GradScalerOptions{true, 1.0, 2.0, 0.5, 5});  // same rule, another starting scale
+  t.restore(r, d / "c");
   EXPECT_EQ(t.scale(), s.scale());
   EXPECT_EQ(t.growth_tracker(), s.growth_tracker());
   for (int k = 0; k < 6; ++k) EXPECT_EQ(t.update(k == 3), s.update(k == 3));

@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "crucible/train/schedule.h"
@@ -94,20 +96,66 @@ TEST(Optimizer, StateRoundTrips) {
 namespace crucible::train {
 namespace {
 
-// T3: with float16 parameters an eps of 1e-8 would vanish; it is raised and said so. fp32
-// parameters (autocast keeps them fp32) keep it.
+// T3: an update on float16 parameters uses eps raised to float16's smallest normal number
+// (1e-8 would vanish in half precision), with moments kept in fp32; bfloat16 shares fp32's
+// exponent range and keeps eps. The updates are compared with AdamW's formula in double.
 TEST(Optimizer, EpsGuardForHalfParametersT3) {
-  at::Tensor p = at::ones({4}, at::kHalf).set_requires_grad(true);
+  // Gradients near float16's smallest normal: here eps decides the step's size.
+  const std::vector<double> grads = {2e-5, -3e-5, 1e-4, 0.0};
+  const double lr = 0.01, beta1 = 0.9, beta2 = 0.999;
+  // One AdamW step from 1.0 with gradient g, in double, for a given eps (no weight decay).
+  auto expected = [&](double g, double eps) {
+    const double m = (1 - beta1) * g, v = (1 - beta2) * g * g;
+    return 1.0 - lr / (1 - beta1) * m / (std::sqrt(v) / std::sqrt(1 - beta2) + eps);
+  };
+  for (const auto dtype : {at::kHalf, at::kBFloat16}) {
+    at::Tensor p = at::ones({4}, dtype).set_requires_grad(true);
+    ParamGroup g;
+    g.params.push_back({"w", p});
+    OptimOptions o;
+    o.weight_decay = 0;
+    ::testing::internal::CaptureStderr();
+    auto opt = make_optimizer(o, {g});
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    p.mutable_grad() = at::tensor(std::vector<float>(grads.begin(), grads.end())).to(dtype);
+    opt->step(lr, beta1);
+    for (const auto& s : opt->state()) {
+      if (s.name != "step") {
+        EXPECT_EQ(s.tensor.scalar_type(), at::kFloat) << s.name;  // moments in fp32
+      }
+    }
+    const at::Tensor got = p.detach().to(at::kDouble);
+    const double eps = dtype == at::kHalf ? 6.103515625e-05 : 1e-8;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      // The parameter is rounded to its own type; compare at that precision.
+      const double tol = dtype == at::kHalf ? 1e-3 : 8e-3;
+      EXPECT_NEAR(got[static_cast<int64_t>(i)].item<double>(), expected(grads[i], eps), tol)
+          << c10::toString(dtype) << " grad " << grads[i];
+    }
+    if (dtype == at::kHalf) {
+      EXPECT_NE(err.find("(T3)"), std::string::npos) << err;  // and it says so
+      // Without the guard the 2e-5 step is ~lr (1 - 0.01 = 0.990); with it, 1 - 0.01·(2e-5/8.1e-5).
+      EXPECT_GT(got[0].item<double>(), 0.996);
+    } else {
+      EXPECT_EQ(err.find("(T3)"), std::string::npos) << err;
+    }
+    EXPECT_TRUE(at::isfinite(p.detach()).all().item<bool>());  // a zero gradient gives no NaN
+  }
+}
+
+// Sgd refuses a momentum buffer of another shape, naming it, as AdamW does for its moments.
+TEST(Optimizer, SgdStateOfAnotherShapeIsRefused) {
+  OptimOptions o;
+  o.name = "sgd";
   ParamGroup g;
-  g.params.push_back({"w", p});
-  ::testing::internal::CaptureStderr();
-  auto opt = make_optimizer(OptimOptions{}, {g});
-  const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("(T3)"), std::string::npos) << err;
-  EXPECT_NE(opt->describe().find("eps 6.1035"), std::string::npos) << opt->describe();
-  ParamGroup f;
-  f.params.push_back({"w", at::ones({4}).set_requires_grad(true)});
-  EXPECT_NE(make_optimizer(OptimOptions{}, {f})->describe().find("eps 1e-08"), std::string::npos);
+  g.params.push_back({"layer.weight", at::zeros({3, 4}).set_requires_grad(true)});
+  auto opt = make_optimizer(o, {g});
+  test::expect_bad_input([&] { opt->load_state({{"layer.weight.momentum_buffer", at::zeros({4, 3})}}); },
+                         {"layer.weight.momentum_buffer", "[4, 3]", "[3, 4]"});
+  test::expect_bad_input([&] { opt->load_state({{"layer.weight.momentum_buffer", at::zeros({3, 4}, at::kInt)}}); },
+                         {"layer.weight.momentum_buffer", "Int"});
+  opt->load_state({{"layer.weight.momentum_buffer", at::ones({3, 4})}});  // the right shape loads
+  EXPECT_EQ(opt->state().size(), 1u);
 }
 
 }  // namespace

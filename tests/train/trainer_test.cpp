@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <regex>
 #include <sstream>
 
 #include "test_util.h"
@@ -55,7 +54,10 @@ TEST(Trainer, OneSampleThatDoesNotFitNamesTheSamples) {
   testing::inject_oom(-1, 0);
 }
 
-TEST(Trainer, AutoPrecisionPicksTheFastestItTimed) {
+// precision = "auto": the choice is the candidate with the smallest time it measured, and the
+// training steps then ran in it (the logits' dtype and the input's memory format observed in
+// the step). A configured fp32 run is the control: its steps ran in float, contiguous.
+TEST(Trainer, AutoPrecisionPicksTheFastestItTimedAndTrainsInIt) {
   test::TempDir d;
   JobConfig j = small_job(d.path(), "auto");
   j.train.precision = "auto";
@@ -63,25 +65,34 @@ TEST(Trainer, AutoPrecisionPicksTheFastestItTimed) {
   ::testing::internal::CaptureStdout();
   const TrainSummary s = Trainer(j).run();
   const std::string out = ::testing::internal::GetCapturedStdout();
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("precision auto: forward\\+backward of a batch of \\d+: (.*) → (\\w+) \\+ (\\w+)")))
-      << out;
-  // The pick has the smallest time in the printed table (two candidates may print the same
-  // time at 0.1 ms: the pick is then either of them).
-  std::regex entry("(\\w+) (channels_last|contiguous) ([0-9.]+) ms");
-  std::string table = m[1];
-  const std::string picked = m[2].str() + " " + m[3].str();
-  double best = 1e30, picked_ms = -1;
-  for (std::sregex_iterator it(table.begin(), table.end(), entry), end; it != end; ++it) {
-    const double ms = std::stod((*it)[3]);
-    best = std::min(best, ms);
-    if ((*it)[1].str() + " " + (*it)[2].str() == picked) picked_ms = ms;
+  const PrecisionChoice& c = s.precision;
+  EXPECT_EQ(c.source, "auto");
+  ASSERT_GE(c.timed.size(), 2u);
+  const PrecisionTiming* fastest = &c.timed[0];
+  bool has_bf16 = false;
+  for (const auto& t : c.timed) {
+    EXPECT_GT(t.ms, 0) << t.precision;
+    if (t.ms < fastest->ms) fastest = &t;
+    has_bf16 = has_bf16 || t.precision == "bf16";
   }
-  ASSERT_GE(picked_ms, 0) << "the pick " << picked << " is not in the table: " << table;
-  EXPECT_EQ(picked_ms, best) << table;
-  EXPECT_NE(table.find("bf16"), std::string::npos);  // a candidate wherever bf16 autocast exists
-  std::printf("%s\n", m[0].str().c_str());
-  (void)s;
+  EXPECT_TRUE(has_bf16);  // a candidate wherever bf16 autocast exists
+  EXPECT_EQ(c.precision, fastest->precision);
+  EXPECT_EQ(c.channels_last, fastest->channels_last);
+  EXPECT_EQ(s.step_dtype, c.precision == "bf16" ? "BFloat16" : "Float");
+  EXPECT_EQ(s.step_channels_last, c.channels_last);
+  std::printf("auto picked %s %s; steps ran in %s, channels_last %d\n", c.precision.c_str(),
+              c.channels_last ? "channels_last" : "contiguous", s.step_dtype.c_str(), s.step_channels_last);
+
+  JobConfig f = small_job(d.path(), "fp32");
+  f.train.precision = "fp32";
+  f.train.channels_last = false;
+  f.train.max_steps = 2;
+  const TrainSummary fs = Trainer(f).run();
+  EXPECT_EQ(fs.precision.source, "configured");
+  EXPECT_TRUE(fs.precision.timed.empty());
+  EXPECT_EQ(fs.step_dtype, "Float");
+  EXPECT_FALSE(fs.step_channels_last);
+  (void)out;
 }
 
 }  // namespace

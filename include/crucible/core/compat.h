@@ -60,6 +60,9 @@ void bind_device(c10::Device device);
 // Releases memory the device's caching allocator holds but no tensor uses (T13, T16); no-op
 // on CPU.
 void release_cached_memory(c10::Device device);
+// Bytes the device's caching allocator holds without a tensor in them (reserved − allocated):
+// what release_cached_memory gives back. 0 on CPU.
+int64_t cached_memory_bytes(c10::Device device);
 // M6: deterministic algorithms only (an op without one raises).
 void set_deterministic(bool on);
 // T5: "highest" | "high" | "medium" (TF32 and bf16 matmuls where the device has them).

@@ -137,8 +137,23 @@ class Loader {
 // on the calling thread: for measuring a step (precision auto, tune batch), not for training.
 Batch sample_batch(const SamplePipeline& pipeline, int64_t n);
 
-// D10: the smallest thread count (≤ max_threads) whose measured throughput on a short burst
-// of samples is within 10% of the best; `report` gets the measurements.
+// D10: what measure_loader_threads saw — samples/s with 1..max threads — and the count it
+// picked: the smallest t whose rate is at least 90% of the best rate.
+struct LoaderThreadChoice {
+  int threads = 1;
+  std::vector<double> samples_per_s;  // [t - 1]: measured with t threads; empty when not measured
+  // "3 thread(s) (measured samples/s with 1: 410/s, 2: 790/s, 3: 1150/s, 4: 1180/s)".
+  std::string describe() const;
+  // The choice these rates make (the rule above); `samples_per_s` must not be empty.
+  static LoaderThreadChoice from_rates(std::vector<double> samples_per_s);
+};
+
+// Runs `pipeline` on 1, 2, ..., max_threads threads for 300 ms each (three interleaved rounds
+// of 100 ms, keeping each count's best round: other load only slows a round down) and picks
+// the count. With max_threads ≤ 1 or an empty pipeline nothing is measured and the choice is 1.
+LoaderThreadChoice measure_loader_threads(const SamplePipeline& pipeline, int max_threads);
+
+// measure_loader_threads(...).threads; `report` gets describe() when something was measured.
 int choose_loader_threads(const SamplePipeline& pipeline, int max_threads, std::string* report = nullptr);
 
 }  // namespace crucible::data

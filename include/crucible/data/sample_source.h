@@ -1,8 +1,8 @@
 // Sources of encoded samples, random access by index (D1, D6, D11): an image folder with
 // torchvision ImageFolder semantics, WebDataset-style tar shards, an LMDB database, and
-// crucible's own packed shards. A sample is its stored bytes (JPEG, PNG or raw pixels) plus
-// its label and a name for reports (D5). Thread-safe: get() may be called from many threads.
-// Torch-free.
+// crucible's own packed shards, and an evenly spaced subset of any of them. A sample is its
+// stored bytes (JPEG, PNG or raw pixels) plus its label and a name for reports (D5).
+// Thread-safe: get() may be called from many threads. Torch-free.
 #pragma once
 
 #include <cstddef>
@@ -54,6 +54,12 @@ std::unique_ptr<SampleSource> open_lmdb(const std::string& path);
 
 // crucible's packed shards (see data/pack.h): "<dst>/index.crpk" and its shard files, mapped.
 std::unique_ptr<SampleSource> open_packed(const std::string& index_path);
+
+// `n` samples of `base` spread evenly over it: sample i is base's sample i × size / n, so a
+// source ordered by class (an image folder) keeps every class in proportion, and the subset is
+// the same on every run. Forwards classes(), files_held() and files_per_read(); describe()
+// names the subset. Throws bad_input naming both numbers when n < 1 or n > base->size().
+std::unique_ptr<SampleSource> subset_evenly(std::shared_ptr<const SampleSource> base, int64_t n);
 
 // Detects what `path` is — an image folder, an LMDB folder, a tar shard (or a comma-separated
 // list / brace pattern "train-{000000..000009}.tar"), a packed index (file or folder holding

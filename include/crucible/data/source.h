@@ -48,8 +48,9 @@ class InMemorySource final : public Source {
 
 // Loads an (images, labels) pair of IDX files (gzip or plain), such as Fashion-MNIST's
 // train-images-idx3-ubyte.gz + train-labels-idx1-ubyte.gz. `limit` > 0 keeps the first
-// `limit` samples. Throws bad_input when the files disagree (counts, types, ranks).
+// `limit` samples. Throws bad_input when the files disagree (counts, types, ranks), and when
+// `limit` is more than they hold (the message names `limit_name`, the config key that set it).
 std::unique_ptr<InMemorySource> load_idx_source(const std::string& images_path, const std::string& labels_path,
-                                                int64_t limit = 0);
+                                                int64_t limit = 0, const std::string& limit_name = "limit");
 
 }  // namespace crucible::data

@@ -20,11 +20,15 @@ struct DataSetup {
 };
 
 // Reads job.data: "idx" loads the four IDX files; "images" opens train_path and test_path.
+// data.train_samples / data.test_samples (N > 0) keep the first N samples of IDX files and N
+// evenly spaced samples of an image source (every class in proportion); an N larger than the
+// data holds is bad_input naming the key and both numbers.
 DataSetup make_data(const JobConfig& job, uint64_t augment_seed);
 
 // The training pipeline over `path` for `crucible bench loader`: a folder holding
 // train-images-idx3-ubyte(.gz) + train-labels-idx1-ubyte(.gz) is IDX; anything else goes to
-// data::open_samples (image folder, tar shards, LMDB, packed index).
+// data::open_samples (image folder, tar shards, LMDB, packed index). data.train_samples limits
+// either kind as in make_data (whether `train` or not).
 std::shared_ptr<const data::SamplePipeline> make_pipeline_for_path(const std::string& path, const JobConfig& job,
                                                                    uint64_t augment_seed, bool train);
 

@@ -31,10 +31,11 @@ struct MicroBatchOptions {
 };
 
 // What the step ran in, for the record (summary.json): the logits' dtype and whether the
-// model's input was channels_last.
+// model's convolution weights were channels_last (the weights, not the input: with one input
+// channel both layouts have the same strides).
 struct MicroBatchRecord {
   c10::ScalarType logits_dtype = c10::ScalarType::Undefined;
-  bool input_channels_last = false;
+  bool channels_last = false;
 };
 
 // Forward + backward of `x` [B, C, H, W] / `y` [B] in `options.parts` micro-batches, gradients

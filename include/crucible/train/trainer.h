@@ -49,8 +49,8 @@ struct TrainSummary {
   bool already_complete = false;  // nothing to do: the run had finished before
   PrecisionChoice precision;
   // What the last training step ran in (observed, not configured): the logits' dtype
-  // ("Float", "BFloat16", "Half"; empty if no step ran) and whether the model's input was
-  // channels_last.
+  // ("Float", "BFloat16", "Half"; empty if no step ran) and whether the convolution weights
+  // were channels_last.
   std::string step_dtype;
   bool step_channels_last = false;
   int64_t loss_scale_tracker = 0;  // GradScaler's growth counter at the end (T1)
