@@ -58,6 +58,7 @@ bench: build
 	@bench/fmnist_vs_pytorch
 	@bench/loader_vs_pytorch
 	@bench/ddp_vs_pytorch
+	@bench/archive_vs_numpy
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_DIR) $(TSAN_DIR)
