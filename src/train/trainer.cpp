@@ -149,7 +149,7 @@ struct Trainer::Impl {
   int64_t skipped_steps = 0;   // over the whole run
   int64_t oom_retries = 0;     // batches re-run as smaller micro-batches (T16)
   PrecisionChoice choice;         // as configured, resumed, or timed ("auto")
-  MicroBatchRecord ran;           // what the last step ran in (logits dtype, input layout)
+  MicroBatchRecord ran;           // what the last step ran in (logits dtype, weights' layout)
   std::unique_ptr<FILE, int (*)(FILE*)> step_trace{nullptr, &std::fclose};  // test seam (M4)
   std::string stored_precision;     // the choice a resumed run made ("" = none)
   std::optional<nn::InputSpec> stored_input;  // the input a checkpoint's model was trained on
@@ -607,7 +607,7 @@ void Trainer::Impl::restore(const CheckpointData& ckpt, const std::string& path)
   compat::set_cpu_generator_state(*rng);
   load("metrics.loss_sum", loss_sum);
   load("metrics.correct", correct);
-  for (auto* t : {&grad_norm_max, &clipped_norm_max}) t->zero_();  // absent before crucible 0.1 added them
+  for (auto* t : {&grad_norm_max, &clipped_norm_max}) t->zero_();  // absent in checkpoints before issue 10
   if (ckpt.find("metrics.grad_norm_max") != nullptr) load("metrics.grad_norm_max", grad_norm_max);
   if (ckpt.find("metrics.clipped_norm_max") != nullptr) load("metrics.clipped_norm_max", clipped_norm_max);
   st.step = ckpt.meta_int("step", path);
@@ -769,7 +769,9 @@ void Trainer::Impl::forward_backward(const data::Batch& batch, int64_t parts, do
       x = at::upsample_bilinear2d(x, {size, size}, /*align_corners=*/false);
     }
   }
-  if (step_trace) std::fprintf(step_trace.get(), "%lld %lld\n", static_cast<long long>(st.step), static_cast<long long>(x.size(2)));
+  if (step_trace) {
+    std::fprintf(step_trace.get(), "%lld %lld\n", static_cast<long long>(st.step), static_cast<long long>(x.size(2)));
+  }
   MicroBatchOptions o;
   o.parts = parts;
   o.label_smoothing = job.train.label_smoothing;

@@ -99,6 +99,15 @@ std::vector<int> open_fds() {
   return fds;
 }
 
+#if defined(CRUCIBLE_SANITIZED)
+// Sanitizer runtimes open descriptors of their own while checking a pointer (UBSan's vptr check
+// probes memory through a pipe), so a process left without a spare descriptor reports false
+// errors: the sanitizer builds count descriptors but do not starve them.
+constexpr bool kCanStarveDescriptors = false;
+#else
+constexpr bool kCanStarveDescriptors = true;
+#endif
+
 // Lowers the soft RLIMIT_NOFILE until destruction so that exactly `free` descriptor numbers
 // below it are unused: open() takes the lowest unused number and fails with EMFILE when that is
 // at or above the limit, so `free` more files can be open at once, and no more.
@@ -159,6 +168,7 @@ void expect_declared_descriptors(const std::function<std::unique_ptr<SampleSourc
   const EncodedSample want = src->get(index);
   EXPECT_EQ(open_fds().size(), after_open) << "get(" << index << ") left descriptors open: " << src->describe();
   const int per_read = src->files_per_read();
+  if (!kCanStarveDescriptors) return;
   EXPECT_EQ(get_with_free_descriptors(*src, index, per_read, bytes_of(want)), "")
       << "get(" << index << ") with " << per_read << " descriptors free: " << src->describe();
   if (per_read >= 1) {
