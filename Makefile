@@ -7,8 +7,11 @@ CRUCIBLE := $(BUILD_DIR)/crucible
 
 FUZZ_DIR ?= build-fuzz
 TSAN_DIR ?= build-tsan
+# The second supported libtorch: current torch from PyPI in a project-local venv (DESIGN.md).
+TORCH2_DIR ?= build-torch2
+TORCH2_VENV ?= .venv-torch2
 
-.PHONY: all setup configure build demo test test-sanitize test-tsan bench clean
+.PHONY: all setup setup-torch2 configure build demo test test-sanitize test-tsan test-torch2 bench bench-torch2 clean
 
 all: build
 
@@ -54,11 +57,33 @@ test-tsan: setup $(TSAN_DIR)/build.ninja
 	@cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) \
 	  -R "Loader|ThreadPool|ImagePipeline"
 
+# The whole test suite again, built against current torch from PyPI (scripts/setup --torch pypi:
+# pinned torch + torchvision in $(TORCH2_VENV)); CUDA paths compiled when nvcc is found. GPU
+# tests skip without a GPU (scripts/device-check runs them on one).
+setup-torch2:
+	@scripts/setup --torch pypi
+
+$(TORCH2_DIR)/build.ninja: CMakeLists.txt | setup-torch2
+	@cmake -S . -B $(TORCH2_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DCRUCIBLE_TORCH_PYTHON=$(CURDIR)/$(TORCH2_VENV)/bin/python >/dev/null
+
+test-torch2: setup-torch2 $(TORCH2_DIR)/build.ninja
+	@cmake --build $(TORCH2_DIR) -j $(JOBS)
+	@cd $(TORCH2_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200
+
 bench: build
 	@bench/fmnist_vs_pytorch
 	@bench/loader_vs_pytorch
 	@bench/ddp_vs_pytorch
 	@bench/archive_vs_numpy
 
+# Benchmarks with both libtorch versions: PyTorch 1.13 (Debian) and current PyTorch (eager and
+# torch.compile) as baselines, crucible built against each.
+bench-torch2: build setup-torch2 $(TORCH2_DIR)/build.ninja
+	@cmake --build $(TORCH2_DIR) -j $(JOBS) --target crucible_cli
+	@bench/fmnist_vs_pytorch --rounds 3 --torch2 $(TORCH2_VENV)/bin/python --crucible2 $(TORCH2_DIR)/crucible
+	@bench/loader_vs_pytorch --rounds 3 --torch2 $(TORCH2_VENV)/bin/python
+	@bench/ddp_vs_pytorch --rounds 3 --torch2 $(TORCH2_VENV)/bin/python --crucible2 $(TORCH2_DIR)/crucible
+
 clean:
-	rm -rf $(BUILD_DIR) $(FUZZ_DIR) $(TSAN_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR) $(TSAN_DIR) $(TORCH2_DIR)

@@ -30,6 +30,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the DDP model (current torch)")
     args = ap.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -49,6 +50,8 @@ def main():
     model = FmnistCnn().to(memory_format=torch.channels_last)
     model = nn.parallel.DistributedDataParallel(model)
     opt, sched, crit = recipe(model, args.epochs * len(loader))
+    if args.compile:
+        model = torch.compile(model)  # compiled in the first steps, which --warmup leaves out
     step, samples, seconds = 0, 0, 0.0
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
@@ -76,7 +79,8 @@ def main():
     dist.all_reduce(correct)
     if rank == 0:
         print(json.dumps({"samples_per_s": samples / seconds, "steps": step, "world": world,
-                          "test_acc": correct.item() / len(test), "threads": torch.get_num_threads()}), flush=True)
+                          "test_acc": correct.item() / len(test), "threads": torch.get_num_threads(),
+                          "torch_version": torch.__version__, "compile": args.compile}), flush=True)
     dist.destroy_process_group()
 
 

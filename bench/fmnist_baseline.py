@@ -8,7 +8,9 @@ lr 2e-3 wd 5e-4 (none on biases and BatchNorm weights), OneCycleLR, cross-entrop
 on the 10,000 test images after every epoch.
 
 Prints one JSON object as its last line: the time to reach --target test accuracy
-(training steps + evaluations, no set-up), per-epoch accuracies and throughput.
+(training steps + evaluations, no set-up), per-epoch accuracies and throughput. Runs under any
+torch: Debian's 1.13 (/usr/bin/python3) or current torch from .venv-torch2, where --compile
+wraps the model in torch.compile.
 """
 import argparse
 import gzip
@@ -86,6 +88,9 @@ def main():
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (the GPU benchmark in scripts/device-check)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (inductor; its compile time counts, as a user waits for it)")
     args = ap.parse_args()
 
     # Debian's torch starts with 1 thread; give it every core, as crucible takes them.
@@ -97,13 +102,16 @@ def main():
     tf_eval = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.2860,), (0.3530,))])
     train = datasets.FashionMNIST(root, train=True, transform=tf, download=False)
     test = datasets.FashionMNIST(root, train=False, transform=tf_eval, download=False)
-    kw = dict(num_workers=args.workers, persistent_workers=args.workers > 0)
+    dev = torch.device(args.device)
+    kw = dict(num_workers=args.workers, persistent_workers=args.workers > 0, pin_memory=dev.type == "cuda")
     train_loader = DataLoader(train, batch_size=256, shuffle=True, **kw)
     test_loader = DataLoader(test, batch_size=1000, shuffle=False, **kw)
 
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
-    model = FmnistCnn().to(memory_format=fmt)
+    model = FmnistCnn().to(dev, memory_format=fmt)
     opt, sched, crit = recipe(model, args.epochs * len(train_loader))
+    if args.compile:
+        model = torch.compile(model)  # the optimizer holds the same parameters
     amp = args.precision == "bf16"
 
     train_seconds = 0.0
@@ -115,22 +123,26 @@ def main():
         model.train()
         t0 = time.perf_counter()
         for x, y in train_loader:
-            x = x.contiguous(memory_format=fmt)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            x = x.to(dev, non_blocking=True).contiguous(memory_format=fmt)
+            y = y.to(dev, non_blocking=True)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
                 loss = crit(model(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             sched.step()
             samples += x.shape[0]
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         step_seconds += dt
         t1 = time.perf_counter()
         model.eval()
         correct = 0
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+        with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
             for x, y in test_loader:
-                correct += (model(x.contiguous(memory_format=fmt)).argmax(1) == y).sum().item()
+                x = x.to(dev, non_blocking=True).contiguous(memory_format=fmt)
+                correct += (model(x).argmax(1) == y.to(dev)).sum().item()
         acc = correct / len(test)
         train_seconds += dt + time.perf_counter() - t1
         evals.append({"epoch": epoch + 1, "test_acc": acc, "train_seconds": train_seconds})
@@ -143,7 +155,8 @@ def main():
     print(json.dumps({"time_to_target": reached, "target": args.target, "evals": evals,
                       "final_test_acc": evals[-1]["test_acc"], "samples_per_s": samples / step_seconds,
                       "threads": torch.get_num_threads(), "workers": args.workers,
-                      "precision": args.precision, "channels_last": args.channels_last}))
+                      "precision": args.precision, "channels_last": args.channels_last, "compile": args.compile,
+                      "torch_version": torch.__version__}))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
-#include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/detail/CUDAHooksInterface.h>  // getNumGPUs: the same in 1.13 and 2.x
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
@@ -21,6 +21,7 @@
 
 #if defined(CRUCIBLE_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #endif
 
 #include "crucible/core/error.h"
@@ -156,6 +157,14 @@ void bind_device(c10::Device device) {
 
 int cuda_device_count() { return at::globalContext().hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().getNumGPUs()) : 0; }
 
+bool built_with_cuda() {
+#if defined(CRUCIBLE_WITH_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
 c10::Device resolve_device(const std::string& name) {
   const int gpus = cuda_device_count();
   if (name == "auto") return gpus > 0 ? c10::Device(c10::DeviceType::CUDA, 0) : c10::Device(c10::DeviceType::CPU);
@@ -197,13 +206,55 @@ int64_t cached_memory_bytes(c10::Device device) {
   return 0;
 }
 
-void set_deterministic(bool on) { at::globalContext().setDeterministicAlgorithms(on, /*warn_only=*/false); }
+std::string set_deterministic(bool on) {
+  at::globalContext().setDeterministicAlgorithms(on, /*warn_only=*/false);
+  if (!on) return "";
+  // cuBLAS chooses its reduction split by workspace unless this names a fixed one (M6); torch
+  // raises in deterministic mode when it is unset, but only at the first product on the GPU.
+  const char* was = std::getenv("CUBLAS_WORKSPACE_CONFIG");
+  const std::string old = was != nullptr ? was : "";
+  if (old == ":4096:8" || old == ":16:8") return "";
+  ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/1);
+  return old.empty() ? "CUBLAS_WORKSPACE_CONFIG=:4096:8"
+                     : fmt::format("CUBLAS_WORKSPACE_CONFIG=:4096:8 (was \"{}\", which is not deterministic)", old);
+}
 
 void set_matmul_precision(const std::string& precision) { at::globalContext().setFloat32MatmulPrecision(precision); }
 
 void set_cudnn_benchmark(bool on) { at::globalContext().setBenchmarkCuDNN(on); }
 
-void enable_sync_debug() { ::setenv("CUDA_LAUNCH_BLOCKING", "1", /*overwrite=*/1); }
+void enable_sync_debug() {
+  ::setenv("CUDA_LAUNCH_BLOCKING", "1", /*overwrite=*/1);
+  set_sync_debug_mode("warn");
+}
+
+std::string sync_debug_mode() {
+#if defined(CRUCIBLE_WITH_CUDA)
+  switch (c10::cuda::warning_state().get_sync_debug_mode()) {
+    case c10::cuda::SyncDebugMode::L_DISABLED: return "off";
+    case c10::cuda::SyncDebugMode::L_WARN: return "warn";
+    case c10::cuda::SyncDebugMode::L_ERROR: return "error";
+  }
+  return "off";
+#else
+  return "unavailable";
+#endif
+}
+
+void set_sync_debug_mode(const std::string& mode) {
+#if defined(CRUCIBLE_WITH_CUDA)
+  using c10::cuda::SyncDebugMode;
+  const SyncDebugMode m = mode == "warn"    ? SyncDebugMode::L_WARN
+                          : mode == "error" ? SyncDebugMode::L_ERROR
+                          : mode == "off"   ? SyncDebugMode::L_DISABLED
+                                            : throw bad_input("sync debug mode \"{}\": expected off, warn or error", mode);
+  c10::cuda::warning_state().set_sync_debug_mode(m);
+#else
+  if (mode != "off" && mode != "warn" && mode != "error") {
+    throw bad_input("sync debug mode \"{}\": expected off, warn or error", mode);
+  }  // no CUDA in this build: nothing synchronises with a GPU
+#endif
+}
 
 struct CpuMemoryBudget::Impl final : public c10::Allocator, public std::enable_shared_from_this<Impl> {
   c10::Allocator* inner = nullptr;
@@ -280,11 +331,25 @@ CpuMemoryBudget::~CpuMemoryBudget() { c10::SetAllocator(c10::DeviceType::CPU, im
 int64_t CpuMemoryBudget::peak_bytes() const { return impl_->peak.load(); }
 void CpuMemoryBudget::reset_peak() { impl_->peak.store(impl_->live.load()); }
 
+// Context::defaultGenerator is the same call in 1.13 and 2.x; the CUDA hook behind it was
+// renamed in 2.6/2.7 (getDefaultCUDAGenerator → getDefaultGenerator, pytorch#145272).
 void seed_device_generator(c10::Device device, uint64_t seed) {
   if (!device.is_cuda()) return;
-  auto gen = at::detail::getCUDAHooks().getDefaultCUDAGenerator(device.index());
+  at::Generator gen = at::globalContext().defaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_current_seed(seed);
+}
+
+at::Tensor generator_state(c10::Device device) {
+  at::Generator gen = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_generator_state(c10::Device device, const at::Tensor& state) {
+  at::Generator gen = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
 }
 
 void set_num_threads(int threads) { at::set_num_threads(threads); }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "../core/compat_dist.h"
 #include "crucible/core/error.h"

@@ -8,8 +8,10 @@
 
 #include <functional>
 #include <mutex>
+#include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "crucible/core/error.h"
 #include "crucible/dist/comm.h"
@@ -30,7 +32,10 @@ struct GradSync::Impl {
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of;
   std::vector<char> ready;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keeps the hooks alive
+  // What grad_accumulator returns: a shared_ptr in libtorch 1.13, an intrusive_ptr in 2.x (taken
+  // from the declaration itself, so no version test is needed here).
+  using AccumulatorPtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
+  std::vector<AccumulatorPtr> accumulators;  // keeps the hooks alive
   std::vector<uintptr_t> hook_keys;
   std::mutex mu;
   bool communicate = true;

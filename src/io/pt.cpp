@@ -17,6 +17,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "crucible/core/error.h"
 #include "crucible/core/mmap.h"

@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"

@@ -7,6 +7,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "crucible/core/compat.h"
@@ -156,6 +158,7 @@ struct Trainer::Impl {
   std::string stored_input_source;
   nn::InputSpec model_input;                  // what the model takes (saved in checkpoints)
   bool stored_channels_last = false;
+  std::string determinism_env;  // what set_deterministic did to the environment (for the log)
   // Data parallel (law 7): one process per device; null comm = a single process.
   dist::World world;
   std::unique_ptr<dist::Comm> comm;
@@ -248,6 +251,11 @@ void Trainer::Impl::prepare_run_dir() {
 void Trainer::Impl::join_world() {
   world = dist::world_from_env();
   set_log_rank(world.rank);
+  // Before anything touches CUDA (resolve_device below counts the GPUs): the driver reads
+  // CUDA_LAUNCH_BLOCKING when it starts (T14) and cuBLAS reads CUBLAS_WORKSPACE_CONFIG when its
+  // first handle is made (M6); set later, both silently do nothing.
+  if (job.train.sync_debug) compat::enable_sync_debug();
+  determinism_env = compat::set_deterministic(job.train.deterministic);
   device = compat::resolve_device(job.train.device);
   if (!world.launched) return;
   if (device.is_cuda()) {
@@ -416,17 +424,19 @@ void Trainer::Impl::build() {
            scaler.enabled() ? fmt::format(", dynamic loss scale from {}", scaler.scale()) : "");
 
   // Determinism (M6) and device settings (T5, T9, T14).
-  compat::set_deterministic(job.train.deterministic);
+  // (set_deterministic and enable_sync_debug ran in join_world, before the device started)
   if (job.train.deterministic) {
-    log_info("deterministic algorithms on (M6); still free to differ: results across thread counts (BLAS and "
+    log_info("deterministic algorithms on (M6{}); still free to differ: results across thread counts (BLAS and "
              "reduction splits), library versions and devices, and any op without a deterministic kernel (it "
-             "raises)");
+             "raises)",
+             determinism_env.empty() ? "" : "; set " + determinism_env);
   }
   compat::set_matmul_precision(job.train.matmul_precision);
   compat::set_cudnn_benchmark(!job.train.deterministic);  // T9: every batch has the pipeline's fixed shape
   if (job.train.sync_debug) {
-    compat::enable_sync_debug();
-    log_info("sync debug (T14): every GPU kernel is synchronised, errors point at their own line");
+    log_info("sync debug (T14): every GPU kernel is synchronised (CUDA_LAUNCH_BLOCKING=1), errors point at their "
+             "own line, and torch warns at every host synchronisation (sync-debug mode {})",
+             compat::sync_debug_mode());
   }
 
   // Optimizer and schedule. T4: no weight decay on biases and normalisation weights (1-D).
@@ -488,6 +498,7 @@ CheckpointData Trainer::Impl::snapshot() {
   for (const auto& b : model->module().named_buffers(true)) d.tensors.push_back({"model." + b.key(), b.value()});
   for (auto& s : optimizer->state()) d.tensors.push_back({"optim." + s.name, s.tensor});
   d.tensors.push_back({"rng.torch_cpu", compat::cpu_generator_state()});
+  if (device.is_cuda()) d.tensors.push_back({"rng.torch_cuda", compat::generator_state(device)});  // its dropout
   d.tensors.push_back({"metrics.loss_sum", loss_sum});
   d.tensors.push_back({"metrics.correct", correct});
   d.tensors.push_back({"metrics.grad_norm_max", grad_norm_max});
@@ -605,6 +616,15 @@ void Trainer::Impl::restore(const CheckpointData& ckpt, const std::string& path)
   const at::Tensor* rng = ckpt.find("rng.torch_cpu");
   if (rng == nullptr) throw bad_input("{}: checkpoint lacks tensor 'rng.torch_cpu'", path);
   compat::set_cpu_generator_state(*rng);
+  if (device.is_cuda()) {
+    if (const at::Tensor* cuda_rng = ckpt.find("rng.torch_cuda")) {
+      compat::set_generator_state(device, *cuda_rng);
+    } else {
+      log_warn("{}: no GPU generator state (saved by a CPU run, or before it was kept): dropout on {} draws "
+               "from a fresh stream, so this resume is not bit-exact",
+               path, device.str());
+    }
+  }
   load("metrics.loss_sum", loss_sum);
   load("metrics.correct", correct);
   for (auto* t : {&grad_norm_max, &clipped_norm_max}) t->zero_();  // absent in checkpoints before issue 10
@@ -706,6 +726,7 @@ void Trainer::Impl::evaluate(obs::JsonlWriter* metrics) {
 void Trainer::Impl::choose_precision(const data::SamplePipeline& pipeline, const data::ImageSpec& spec,
                                      int64_t classes) {
   const at::Tensor rng_state = compat::cpu_generator_state();
+  const at::Tensor device_rng_state = device.is_cuda() ? compat::generator_state(device) : at::Tensor();
   const int64_t n = std::min<int64_t>(job.train.batch_size, pipeline.size());
   const data::Batch batch = data::sample_batch(pipeline, n);
   struct Candidate {
@@ -742,6 +763,7 @@ void Trainer::Impl::choose_precision(const data::SamplePipeline& pipeline, const
     c.ms = best;
   }
   compat::set_cpu_generator_state(rng_state);
+  if (device_rng_state.defined()) compat::set_generator_state(device, device_rng_state);
   const Candidate* pick = &candidates[0];
   std::string table;
   choice.timed.clear();

@@ -35,7 +35,12 @@ TEST(DeviceInput, NormalisesPerChannelInUnitUnits) {
   at::Tensor ref = at::from_blob(b.pixels.data(), {2, 2, 2, 3}, at::kByte).permute({0, 3, 1, 2}).to(at::kFloat) / 255.0;
   ref = (ref - at::tensor({0.5, 0.4, 0.3}).view({1, 3, 1, 1})) / at::tensor({0.2, 0.25, 0.5}).view({1, 3, 1, 1});
   EXPECT_TRUE(at::allclose(x, ref.to(at::kFloat), 1e-5, 1e-5));
-  EXPECT_EQ(in.labels(b).sizes(), (at::IntArrayRef{2}));
+  const at::Tensor y = in.labels(b);
+  EXPECT_EQ(y.sizes(), (at::IntArrayRef{2}));
+  EXPECT_EQ(y.scalar_type(), at::kLong);
+  b.labels = {7, 7};  // the tensor owns its copy: the batch's vector may be reused or die
+  EXPECT_EQ(y[0].item<int64_t>(), 3);
+  EXPECT_EQ(y[1].item<int64_t>(), 4);
 }
 
 TEST(DeviceInput, ByteUnitsGiveTheSameResult) {

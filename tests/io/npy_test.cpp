@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "crucible/core/error.h"
 #include "crucible/core/sha256.h"

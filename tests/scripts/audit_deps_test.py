@@ -7,7 +7,7 @@ package owns, a package dropped from a copy of scripts/setup, a Python module in
 hand — and asserts the report names it, its owner and the fix. To add a case: write a method
 that runs audit() with a broken input and asserts on the exit code and the message.
 
-    tests/scripts/audit_deps_test.py --build build [unittest options]
+    tests/scripts/audit_deps_test.py --build build [--provided DIR ...] [unittest options]
 """
 import os
 import re
@@ -21,8 +21,12 @@ AUDIT = os.path.join(ROOT, "scripts", "audit-deps")
 BUILD = None
 
 
+PROVIDED = []  # --provided DIR pairs passed through (a build against the PyPI libtorch)
+
+
 def audit(*args, env=None):
-    r = subprocess.run(["/usr/bin/python3", AUDIT, *args], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(["/usr/bin/python3", AUDIT, *args, *PROVIDED], capture_output=True, text=True, env=env,
+                       timeout=120)
     return r.returncode, r.stdout + r.stderr
 
 
@@ -118,6 +122,10 @@ if __name__ == "__main__":
     if "--build" in args:
         i = args.index("--build")
         BUILD = os.path.abspath(args[i + 1])
+        del args[i:i + 2]
+    while "--provided" in args:
+        i = args.index("--provided")
+        PROVIDED += ["--provided", args[i + 1]]
         del args[i:i + 2]
     if BUILD is None:
         sys.exit("usage: audit_deps_test.py --build DIR [unittest options]")

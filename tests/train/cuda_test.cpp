@@ -3,8 +3,12 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <vector>
+
 #include "crucible/core/compat.h"
 #include "crucible/data/device_input.h"
+#include "crucible/train/checkpoint.h"
 #include "crucible/train/trainer.h"
 #include "test_util.h"
 
@@ -67,6 +71,70 @@ TEST(DeviceInput, BatchesArePinnedForTheGpuD9_CUDA) {
   const at::Tensor host = at::from_blob(buf.data(), {4 * 28 * 28}, at::kByte);
   EXPECT_TRUE(host.is_pinned()) << "batch memory is pageable: every copy would synchronise";
   EXPECT_FALSE(at::empty({16}, at::kByte).is_pinned());  // the control: plain heap memory is not
+}
+
+// D9: both copies of a batch (pixels and labels) leave the host without waiting for the GPU.
+// Under torch's sync-debug switch set to "error", any synchronising call raises; the control
+// is a plain blocking copy from pageable memory, which does raise.
+TEST(DeviceInput, CopiesNeverWaitForTheGpuD9_CUDA) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device dev(c10::DeviceType::CUDA, 0);
+  data::Batch b;
+  b.spec = data::ImageSpec{28, 28, 1, data::ColorOrder::kGray, data::ValueRange::kByte};
+  b.pixels = data::DeviceInput::batch_allocator(dev)(size_t{4} * 28 * 28);
+  for (size_t i = 0; i < b.pixels.size(); ++i) b.pixels.data()[i] = static_cast<uint8_t>(i);
+  b.labels = {1, 2, 3, 4};
+  b.sample_ids = {0, 1, 2, 3};
+  data::DeviceInput in(b.spec, {{0.5}, {0.25}, data::ValueRange::kUnit}, dev, false);
+  at::Tensor x, y;
+  compat::set_sync_debug_mode("error");
+  EXPECT_NO_THROW({
+    x = in.images(b);
+    y = in.labels(b);
+  });
+  EXPECT_ANY_THROW((void)at::arange(4).to(dev, /*non_blocking=*/false, /*copy=*/true).sum().item<int64_t>())
+      << "the control: sync-debug mode did not catch a synchronising call";
+  compat::set_sync_debug_mode("off");
+  ASSERT_TRUE(y.is_cuda());
+  EXPECT_TRUE(at::equal(y.cpu(), at::tensor(std::vector<int64_t>{1, 2, 3, 4})));
+  EXPECT_EQ(x.sizes(), (at::IntArrayRef{4, 1, 28, 28}));
+}
+
+// The GPU's generator (dropout on the GPU) round-trips through its state, which checkpoints of
+// GPU runs keep as rng.torch_cuda; a resumed run continues the same dropout stream.
+TEST(Compat, GpuGeneratorStateRoundTrips_CUDA) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device dev(c10::DeviceType::CUDA, 0);
+  compat::seed_device_generator(dev, 3);
+  const at::Tensor s = compat::generator_state(dev);
+  const at::Tensor ones = at::ones({4096}, at::TensorOptions().device(dev));
+  const at::Tensor a = at::dropout(ones, 0.5, true);
+  compat::set_generator_state(dev, s);
+  const at::Tensor b = at::dropout(ones, 0.5, true);
+  EXPECT_TRUE(at::equal(a, b));
+  EXPECT_FALSE(at::equal(b, at::dropout(ones, 0.5, true)));
+}
+
+TEST(Trainer, GpuCheckpointKeepsTheDropoutGenerator_CUDA) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  test::TempDir d;
+  JobConfig j;
+  j.run.dir = d.path();
+  j.train.device = "cuda";
+  j.train.deterministic = true;
+  j.data.train_samples = 2048;
+  j.train.epochs = 1;
+  j.log.progress = "none";
+  Trainer(j).run();
+  CheckpointManager m(d.path() + "/" + j.run.name + "/checkpoints", 3);
+  std::string path;
+  const auto ckpt = m.load_latest(&path);
+  ASSERT_TRUE(ckpt.has_value());
+  const at::Tensor* rng = ckpt->find("rng.torch_cuda");
+  ASSERT_NE(rng, nullptr) << path << " has no GPU generator state";
+  EXPECT_TRUE(at::equal(*rng, compat::generator_state(c10::Device(c10::DeviceType::CUDA, 0))))
+      << "the saved state is not the generator's state at the end of the run";
+  ASSERT_NE(std::getenv("CUBLAS_WORKSPACE_CONFIG"), nullptr);  // M6: set before the first product
 }
 
 }  // namespace

@@ -3,10 +3,14 @@
 // close to an unfaulted run; precision "auto" picks the fastest candidate it timed.
 #include "crucible/train/trainer.h"
 
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include <sstream>
 
+#include "crucible/core/compat.h"
 #include "test_util.h"
 
 namespace crucible::train {
@@ -20,6 +24,28 @@ JobConfig small_job(const std::string& dir, const std::string& name) {
   j.train.epochs = 2;
   j.log.progress = "none";
   return j;
+}
+
+// T14, M6: train.sync_debug and train.deterministic reach the process before the device starts
+// (the CUDA driver and cuBLAS read their variables once) and turn torch's own switches on.
+TEST(Trainer, SyncDebugAndDeterminismReachTorchT14M6) {
+  ::unsetenv("CUDA_LAUNCH_BLOCKING");
+  ::unsetenv("CUBLAS_WORKSPACE_CONFIG");
+  test::TempDir d;
+  JobConfig j = small_job(d.path(), "debug");
+  j.data.train_samples = 2560;  // 10 steps of 256
+  j.data.test_samples = 256;
+  j.train.epochs = 1;
+  j.train.sync_debug = true;
+  j.train.deterministic = true;
+  const TrainSummary s = Trainer(j).run();
+  EXPECT_GT(s.steps, 0);
+  ASSERT_NE(std::getenv("CUDA_LAUNCH_BLOCKING"), nullptr);
+  EXPECT_STREQ(std::getenv("CUDA_LAUNCH_BLOCKING"), "1");
+  ASSERT_NE(std::getenv("CUBLAS_WORKSPACE_CONFIG"), nullptr);
+  EXPECT_STREQ(std::getenv("CUBLAS_WORKSPACE_CONFIG"), ":4096:8");
+  EXPECT_TRUE(at::globalContext().deterministicAlgorithms());
+  EXPECT_EQ(compat::sync_debug_mode(), compat::built_with_cuda() ? "warn" : "unavailable");
 }
 
 TEST(Trainer, SurvivesAnInjectedOutOfMemoryT16) {

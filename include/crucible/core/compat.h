@@ -44,6 +44,10 @@ at::Tensor cpu_generator_state();
 void set_cpu_generator_state(const at::Tensor& state);
 // Seeds the default generator of a GPU device (dropout on that device); no-op on CPU.
 void seed_device_generator(c10::Device device, uint64_t seed);
+// The default generator of `device` (the CPU's, or that GPU's, which dropout on it draws from):
+// its state as a uint8 tensor that round-trips through checkpoints.
+at::Tensor generator_state(c10::Device device);
+void set_generator_state(c10::Device device, const at::Tensor& state);
 
 // Scalar types that only newer libtorch has: unsigned 16/32/64-bit integers (2.3+) and float8
 // e5m2 / e4m3fn (2.1+). nullopt where this libtorch lacks them.
@@ -54,6 +58,9 @@ std::optional<c10::ScalarType> float8_scalar_type(bool e4m3);
 // "cuda", "cuda:N" as said (bad_input when CUDA is asked for and absent, naming what exists).
 c10::Device resolve_device(const std::string& name);
 int cuda_device_count();
+// Whether this crucible was compiled with its CUDA paths (a libtorch with CUDA, and nvcc's
+// toolkit at build time); the machine may still have no GPU.
+bool built_with_cuda();
 // Makes `device` this process's current device (T2: before any collective); no-op on CPU.
 void bind_device(c10::Device device);
 
@@ -63,14 +70,24 @@ void release_cached_memory(c10::Device device);
 // Bytes the device's caching allocator holds without a tensor in them (reserved − allocated):
 // what release_cached_memory gives back. 0 on CPU.
 int64_t cached_memory_bytes(c10::Device device);
-// M6: deterministic algorithms only (an op without one raises).
-void set_deterministic(bool on);
+// M6: deterministic algorithms only (an op without one raises). On: also CUBLAS_WORKSPACE_CONFIG
+// = ":4096:8" (kept if already ":4096:8" or ":16:8"), which cuBLAS reads when a handle is
+// created, so call this before the first matrix product on a GPU. Returns what it did to the
+// environment ("" when nothing), for the log.
+std::string set_deterministic(bool on);
 // T5: "highest" | "high" | "medium" (TF32 and bf16 matmuls where the device has them).
 void set_matmul_precision(const std::string& precision);
 // T9: cuDNN autotuning for fixed input shapes.
 void set_cudnn_benchmark(bool on);
-// T14: kernels launch synchronously (CUDA_LAUNCH_BLOCKING=1), set before the device starts.
+// T14. enable_sync_debug: kernels launch synchronously (CUDA_LAUNCH_BLOCKING=1, which the CUDA
+// driver reads when it starts: call this before anything touches CUDA), and torch's runtime
+// sync-debug switch (torch.cuda.set_sync_debug_mode) set to warn, so every host synchronisation
+// says where it happened (T6). sync_debug_mode reads that switch back: "off", "warn" or "error";
+// "unavailable" in a build without CUDA. set_sync_debug_mode sets it alone ("error": a
+// synchronising call raises; the D9 test uses it to prove the batch copies never wait).
 void enable_sync_debug();
+std::string sync_debug_mode();
+void set_sync_debug_mode(const std::string& mode);
 
 // While alive, every CPU tensor allocation goes through a counter, and one that would take the
 // live total past `budget_bytes` fails as an out-of-memory error (T16, T17: `crucible tune

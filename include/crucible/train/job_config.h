@@ -67,7 +67,7 @@ struct TrainSection {
   int64_t loss_scale_interval = 2000;  // clean steps before the scale grows ×2
   bool deterministic = false;  // M6: deterministic algorithms only
   std::string matmul_precision = "high";  // T5: float32 matmul precision: "highest" | "high" | "medium"
-  bool sync_debug = false;     // T14: synchronise after every kernel (CUDA_LAUNCH_BLOCKING=1)
+  bool sync_debug = false;     // T14: synchronise after every kernel (CUDA_LAUNCH_BLOCKING=1), warn at host syncs
   bool release_cache = true;   // T13: release cached device memory at every epoch end
   // M4: input sizes (square) to train at, one per step drawn from (seed, step) — the same on
   // every rank; empty = the data's own size. Evaluation uses the data's size.
