@@ -152,7 +152,11 @@ def main():
             if args.stop_at_target:
                 break
     shutil.rmtree(root)
-    print(json.dumps({"time_to_target": reached, "target": args.target, "evals": evals,
+    graphs = None
+    if args.compile:  # evidence that inductor really compiled: the graphs dynamo captured
+        from torch._dynamo.utils import counters
+        graphs = counters["stats"]["unique_graphs"]
+    print(json.dumps({"compiled_graphs": graphs, "time_to_target": reached, "target": args.target, "evals": evals,
                       "final_test_acc": evals[-1]["test_acc"], "samples_per_s": samples / step_seconds,
                       "threads": torch.get_num_threads(), "workers": args.workers,
                       "precision": args.precision, "channels_last": args.channels_last, "compile": args.compile,

@@ -17,19 +17,25 @@ namespace {
 
 bool have_cuda() { return compat::cuda_device_count() > 0; }
 
+// The default job on the first GPU, on a subset, quietly.
+JobConfig gpu_job(const std::string& dir, int64_t train_samples, int64_t epochs) {
+  JobConfig j;
+  j.run.dir = dir;
+  j.train.device = "cuda";
+  j.data.train_samples = train_samples;
+  j.train.epochs = epochs;
+  j.log.progress = "none";
+  return j;
+}
+
 // The default job on the GPU for a few steps, in bf16 and in fp16 (with the loss scaler),
 // data through pinned memory (D9): it runs, stays finite and learns.
 TEST(Trainer, ShortRunsOnTheGpu_CUDA) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device visible to libtorch " << compat::torch_version();
   for (const char* precision : {"bf16", "fp16"}) {
     test::TempDir d;
-    JobConfig j;
-    j.run.dir = d.path();
-    j.train.device = "cuda";
+    JobConfig j = gpu_job(d.path(), 8192, 2);
     j.train.precision = precision;
-    j.data.train_samples = 8192;
-    j.train.epochs = 2;
-    j.log.progress = "none";
     const TrainSummary s = Trainer(j).run();
     EXPECT_GT(s.test_acc, 0.7) << precision;
   }
@@ -118,13 +124,8 @@ TEST(Compat, GpuGeneratorStateRoundTrips_CUDA) {
 TEST(Trainer, GpuCheckpointKeepsTheDropoutGenerator_CUDA) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   test::TempDir d;
-  JobConfig j;
-  j.run.dir = d.path();
-  j.train.device = "cuda";
+  JobConfig j = gpu_job(d.path(), 2048, 1);
   j.train.deterministic = true;
-  j.data.train_samples = 2048;
-  j.train.epochs = 1;
-  j.log.progress = "none";
   Trainer(j).run();
   CheckpointManager m(d.path() + "/" + j.run.name + "/checkpoints", 3);
   std::string path;
