@@ -242,18 +242,15 @@ std::string sync_debug_mode() {
 }
 
 void set_sync_debug_mode(const std::string& mode) {
-#if defined(CRUCIBLE_WITH_CUDA)
-  using c10::cuda::SyncDebugMode;
-  const SyncDebugMode m = mode == "warn"    ? SyncDebugMode::L_WARN
-                          : mode == "error" ? SyncDebugMode::L_ERROR
-                          : mode == "off"   ? SyncDebugMode::L_DISABLED
-                                            : throw bad_input("sync debug mode \"{}\": expected off, warn or error", mode);
-  c10::cuda::warning_state().set_sync_debug_mode(m);
-#else
   if (mode != "off" && mode != "warn" && mode != "error") {
     throw bad_input("sync debug mode \"{}\": expected off, warn or error", mode);
-  }  // no CUDA in this build: nothing synchronises with a GPU
-#endif
+  }
+#if defined(CRUCIBLE_WITH_CUDA)
+  using c10::cuda::SyncDebugMode;
+  c10::cuda::warning_state().set_sync_debug_mode(mode == "warn"    ? SyncDebugMode::L_WARN
+                                                 : mode == "error" ? SyncDebugMode::L_ERROR
+                                                                   : SyncDebugMode::L_DISABLED);
+#endif  // without CUDA nothing synchronises with a GPU
 }
 
 struct CpuMemoryBudget::Impl final : public c10::Allocator, public std::enable_shared_from_this<Impl> {

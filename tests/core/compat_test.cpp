@@ -77,6 +77,7 @@ TEST(Compat, DeterministicModeSetsTheCublasWorkspaceM6) {
 // (read back from torch's own state); a build without CUDA says the switch is unavailable.
 TEST(Compat, SyncDebugTurnsTorchsSwitchOnT14) {
   ::unsetenv("CUDA_LAUNCH_BLOCKING");
+  set_sync_debug_mode("off");  // another test in this process (a real run with sync_debug) may have set it
   EXPECT_EQ(sync_debug_mode(), built_with_cuda() ? "off" : "unavailable");
   enable_sync_debug();
   ASSERT_NE(std::getenv("CUDA_LAUNCH_BLOCKING"), nullptr);
