@@ -130,7 +130,7 @@ CLI::App* add_pack(CLI::App& app, PackArgs& a) {
 int run_bench_loader(const BenchLoaderArgs& a) {
   train::JobConfig job;
   ConfigSchema schema;
-  train::bind_job_config(job, schema);
+  train::bind_job_config(job, schema);  // torch-free: model/loss/optim names unchecked here
   schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
   for (const auto& o : a.overrides) schema.apply_override(o);
   job.data.crop = a.crop;

@@ -44,7 +44,7 @@ int rank_from_env() {
 train::JobConfig load_job(const std::string& config_path, const std::vector<std::string>& overrides) {
   train::JobConfig job;
   ConfigSchema schema;
-  train::bind_job_config(job, schema);
+  train::bind_job_config(job, schema, train::registered_names());
   if (config_path.empty()) {
     schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
   } else {
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     // The built-in job must load; if it does not, this build is broken (say so, do not guess).
     train::JobConfig defaults;
     ConfigSchema schema;
-    train::bind_job_config(defaults, schema);
+    train::bind_job_config(defaults, schema, train::registered_names());
     try {
       schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
     } catch (const Error& e) {

@@ -262,6 +262,13 @@ ConfigKey& ConfigSchema::bind(const std::string& section, const std::string& key
       [field] { return ConfigValue(*field); })));
 }
 
+ConfigKey& ConfigSchema::add_custom(const std::string& section, const std::string& key, std::string help,
+                                    ConfigType type, std::function<void(const ConfigValue&)> set,
+                                    std::function<ConfigValue()> get) {
+  return add_key(std::unique_ptr<ConfigKey>(
+      new ConfigKey(section, key, std::move(help), type, std::move(set), std::move(get))));
+}
+
 ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key, bool* field, std::string help) {
   return bind(section, key, field, std::move(help), ConfigType::kBool);
 }

@@ -106,19 +106,29 @@ class FmnistCnn final : public Model {
   double dropout_;
 };
 
+std::unique_ptr<Model> make_fmnist_cnn(const ModelBuild& b) {
+  if (b.height < 4 || b.width < 4 || b.height % 4 != 0 || b.width % 4 != 0) {
+    throw bad_input("model fmnist_cnn needs height and width divisible by 4 (two 2×2 max-pools), the data gives "
+                    "{}x{}",
+                    b.height, b.width);
+  }
+  return std::make_unique<FmnistCnn>(b.in_channels, b.height, b.width, b.num_classes, b.options.dropout);
+}
+
 }  // namespace
+
+const Registry<ModelFactory>& model_registry() {
+  static const Registry<ModelFactory> registry = [] {
+    Registry<ModelFactory> r("model");
+    r.add("fmnist_cnn", "the default job's CNN: 4 conv3x3-BN-ReLU, 2 max-pools, 2 linear layers", make_fmnist_cnn);
+    return r;
+  }();
+  return registry;
+}
 
 std::unique_ptr<Model> make_model(const ModelOptions& options, int64_t in_channels, int64_t height, int64_t width,
                                   int64_t num_classes) {
-  if (options.name == "fmnist_cnn") {
-    if (height < 4 || width < 4 || height % 4 != 0 || width % 4 != 0) {
-      throw bad_input("model fmnist_cnn needs height and width divisible by 4 (two 2×2 max-pools), the data gives "
-                      "{}x{}",
-                      height, width);
-    }
-    return std::make_unique<FmnistCnn>(in_channels, height, width, num_classes, options.dropout);
-  }
-  throw bad_input("model.name: unknown model \"{}\" (known: fmnist_cnn)", options.name);
+  return model_registry().get(options.name, "model.name").factory({options, in_channels, height, width, num_classes});
 }
 
 InputSpec InputSpec::trained_on(const data::InputConvention& delivered) const {

@@ -5,7 +5,19 @@
 
 namespace crucible::train {
 
-void bind_job_config(JobConfig& j, ConfigSchema& s) {
+const char* bn_name(DistSection::Bn bn) {
+  switch (bn) {
+    case DistSection::Bn::kAverage:
+      return "average";
+    case DistSection::Bn::kSync:
+      return "sync";
+    case DistSection::Bn::kBroadcast:
+      break;
+  }
+  return "broadcast";
+}
+
+void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names) {
   s.add("run", "name", &j.run.name, "run folder name: results go to <dir>/<name>/");
   s.add("run", "dir", &j.run.dir, "folder holding the run folders");
   s.add("run", "seed", &j.run.seed, "the one seed every random stream derives from (T15)").non_negative();
@@ -48,10 +60,12 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
       .non_negative();
   s.add("data", "prefetch", &j.data.prefetch, "batches prepared ahead of training (bounds memory)").min(1);
 
-  s.add("model", "name", &j.model.name, "model architecture").choices({"fmnist_cnn"});
+  auto& model_name = s.add("model", "name", &j.model.name, "model architecture");
+  if (!names.models.empty()) model_name.choices(names.models);
   s.add("model", "dropout", &j.model.dropout, "dropout probability before the last layer").min(0).max(1, true);
 
-  s.add("optim", "name", &j.optim.name, "optimizer").choices({"adamw", "sgd"});
+  auto& optim_name = s.add("optim", "name", &j.optim.name, "optimizer");
+  if (!names.optimizers.empty()) optim_name.choices(names.optimizers);
   s.add("optim", "lr", &j.optim.lr, "peak learning rate").positive();
   s.add("optim", "lr_per_256", &j.optim.lr_per_256, "if > 0: lr per 256 samples, scaled by the global batch (T7)")
       .non_negative();
@@ -72,24 +86,30 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
   s.add("schedule", "base_momentum", &j.schedule.base_momentum, "onecycle: momentum at the peak lr").min(0).max(1, true);
   s.add("schedule", "max_momentum", &j.schedule.max_momentum, "onecycle: momentum at the ends").min(0).max(1, true);
 
+  auto& loss_name = s.add("loss", "name", &j.loss.name, "training loss");
+  if (!names.losses.empty()) loss_name.choices(names.losses);
+  s.add("loss", "label_smoothing", &j.loss.label_smoothing, "cross_entropy: label smoothing").min(0).max(1, true);
+  s.add("loss", "class_weights", &j.loss.class_weights,
+        "cross_entropy: one weight per class, in label order ([] = all equal)")
+      .non_negative();
+
   s.add("train", "device", &j.train.device, "where to train: auto (a GPU when present), cpu, cuda or cuda:N");
   s.add("train", "epochs", &j.train.epochs, "passes over the training set").min(1);
   s.add("train", "batch_size", &j.train.batch_size, "samples per optimizer step").min(1);
   s.add("train", "eval_batch_size", &j.train.eval_batch_size, "samples per evaluation batch").min(1);
-  s.add("train", "precision", &j.train.precision,
-        "compute precision (bf16/fp16 = autocast mixed precision; auto = the fastest safe one, timed here)")
-      .choices({"fp32", "bf16", "fp16", "auto"});
+  s.add_enum("train", "precision", &j.train.precision, precision_mode_names(),
+             "compute precision (bf16/fp16 = autocast mixed precision; auto = the fastest safe one, timed here)");
   s.add("train", "channels_last", &j.train.channels_last, "NHWC memory format for activations and weights");
   s.add("train", "multi_scale", &j.train.multi_scale,
         "M4: square input sizes, one per step drawn from (seed, step), the same on every rank; [] = off");
-  s.add("train", "label_smoothing", &j.train.label_smoothing, "cross-entropy label smoothing").min(0).max(1, true);
   s.add("train", "threads", &j.train.threads, "torch compute threads (0 = all cores available)").non_negative();
   s.add("train", "max_steps", &j.train.max_steps, "stop after this many steps (0 = all epochs)").non_negative();
   s.add("train", "accumulate", &j.train.accumulate, "micro-batches per optimizer step (M5; batch_size is split)").min(1);
   s.add("train", "clip_norm", &j.train.clip_norm, "clip the global gradient norm (0 = off)").non_negative();
   s.add("train", "max_bad_steps", &j.train.max_bad_steps, "non-finite steps in a row before exit 3").min(1);
-  s.add("train", "loss_scaling", &j.train.loss_scaling, "dynamic loss scaling (T1): auto = on for fp16 only")
-      .choices({"auto", "on", "off"});
+  using LS = TrainSection::LossScaling;
+  s.add_enum("train", "loss_scaling", &j.train.loss_scaling, {{"auto", LS::kAuto}, {"on", LS::kOn}, {"off", LS::kOff}},
+             "dynamic loss scaling (T1): auto = on for fp16 only");
   s.add("train", "loss_scale", &j.train.loss_scale, "initial dynamic loss scale (T1)").positive();
   s.add("train", "loss_scale_interval", &j.train.loss_scale_interval, "fp16: clean steps before the scale doubles")
       .min(1);
@@ -111,9 +131,10 @@ void bind_job_config(JobConfig& j, ConfigSchema& s) {
       .choices({"auto", "gloo", "nccl"});
   s.add("dist", "timeout_s", &j.dist.timeout_s, "seconds a collective may wait for the other ranks").min(1);
   s.add("dist", "bucket_mb", &j.dist.bucket_mb, "gradient all-reduce bucket size in MiB").min(0.001);
-  s.add("dist", "bn", &j.dist.bn,
-        "BatchNorm statistics under data parallel (M2): broadcast (rank 0's), average, sync (SyncBatchNorm, M3)")
-      .choices({"broadcast", "average", "sync"});
+  using Bn = DistSection::Bn;
+  s.add_enum("dist", "bn", &j.dist.bn,
+             {{"broadcast", Bn::kBroadcast}, {"average", Bn::kAverage}, {"sync", Bn::kSync}},
+             "BatchNorm statistics under data parallel (M2): broadcast (rank 0's), average, sync (SyncBatchNorm, M3)");
 }
 
 bool key_is_cosmetic(const std::string& k) {

@@ -222,10 +222,30 @@ void Optimizer::zero_grad() {
   }
 }
 
+const Registry<OptimizerKind>& optimizer_registry() {
+  static const Registry<OptimizerKind> registry = [] {
+    Registry<OptimizerKind> r("optimizer");
+    r.add("adamw", "AdamW (decoupled weight decay), torch.optim.AdamW's update",
+          {[](const OptimOptions& o, std::vector<ParamGroup> g) -> std::unique_ptr<Optimizer> {
+             return std::make_unique<AdamW>(o, std::move(g));
+           },
+           [](const OptimOptions& o) { return o.beta1; }});
+    r.add("sgd", "SGD with (Nesterov) momentum, torch.optim.SGD's update",
+          {[](const OptimOptions& o, std::vector<ParamGroup> g) -> std::unique_ptr<Optimizer> {
+             return std::make_unique<Sgd>(o, std::move(g));
+           },
+           [](const OptimOptions& o) { return o.momentum; }});
+    return r;
+  }();
+  return registry;
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const OptimOptions& options, std::vector<ParamGroup> groups) {
-  if (options.name == "adamw") return std::make_unique<AdamW>(options, std::move(groups));
-  if (options.name == "sgd") return std::make_unique<Sgd>(options, std::move(groups));
-  throw bad_input("optim.name: unknown optimizer \"{}\" (known: adamw, sgd)", options.name);
+  return optimizer_registry().get(options.name, "optim.name").factory.make(options, std::move(groups));
+}
+
+double optimizer_momentum(const OptimOptions& options) {
+  return optimizer_registry().get(options.name, "optim.name").factory.momentum(options);
 }
 
 }  // namespace crucible::train

@@ -1,4 +1,5 @@
-// accumulate_gradients: micro-batches weighted by their share of the batch (see step.h).
+// The training step (see step.h): micro-batches, OOM split, gradient sync, unscale, clipping,
+// the finiteness vote and the optimizer step; and TrialStep, the same step on a scratch model.
 #include "crucible/train/step.h"
 
 #include <ATen/ATen.h>
@@ -6,10 +7,33 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "crucible/core/compat.h"
+#include "crucible/core/error.h"
+#include "crucible/core/log.h"
+#include "crucible/dist/comm.h"
+#include "crucible/dist/grad_sync.h"
 #include "crucible/nn/model.h"
+#include "crucible/train/grad_scaler.h"
+#include "crucible/train/loss.h"
 
 namespace crucible::train {
+namespace {
+
+// CPU and CUDA allocators both report through c10::Error; std::bad_alloc from plain new.
+bool is_out_of_memory(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return true;
+  const std::string what = e.what();
+  return what.find("out of memory") != std::string::npos || what.find("can't allocate memory") != std::string::npos;
+}
+
+}  // namespace
+
+c10::ScalarType autocast_dtype(const Precision& precision) {
+  return precision.dtype == ComputeDtype::kFp16 ? c10::ScalarType::Half : c10::ScalarType::BFloat16;
+}
 
 MicroBatchRecord accumulate_gradients(nn::Model& model, const at::Tensor& x, const at::Tensor& y,
                                       const MicroBatchOptions& options, at::Tensor& loss_sum, at::Tensor& correct) {
@@ -32,7 +56,9 @@ MicroBatchRecord accumulate_gradients(nn::Model& model, const at::Tensor& x, con
     {
       compat::AutocastGuard amp(x.device().type(), options.amp_dtype, options.autocast);
       logits = model.forward(xs);
-      loss = at::cross_entropy_loss(logits, ys, {}, at::Reduction::Mean, -100, options.label_smoothing);
+      loss = options.loss != nullptr
+                 ? options.loss->mean(logits, ys)
+                 : at::cross_entropy_loss(logits, ys, {}, at::Reduction::Mean, -100, options.label_smoothing);
     }
     record.logits_dtype = logits.scalar_type();
     const double weight = static_cast<double>(end - begin) / static_cast<double>(n);
@@ -43,6 +69,224 @@ MicroBatchRecord accumulate_gradients(nn::Model& model, const at::Tensor& x, con
     correct.add_(logits.detach().argmax(1).eq(ys).sum());
   }
   return record;
+}
+
+IntervalSums IntervalSums::zeros(c10::Device device) {
+  IntervalSums s;
+  s.loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+  s.correct = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device));
+  s.grad_norm_max = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  s.clipped_norm_max = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  return s;
+}
+
+void IntervalSums::zero() {
+  loss_sum.zero_();
+  correct.zero_();
+  grad_norm_max.zero_();
+  clipped_norm_max.zero_();
+}
+
+TrainStep::TrainStep(nn::Model& model, const Loss& loss, Optimizer& optimizer, GradScaler& scaler,
+                     std::vector<NamedTensor> params, TrainStepOptions options, c10::Device device, dist::Comm* comm,
+                     dist::GradSync* grad_sync)
+    : model_(model),
+      loss_(loss),
+      optimizer_(optimizer),
+      scaler_(scaler),
+      options_(std::move(options)),
+      device_(device),
+      comm_(comm),
+      grad_sync_(grad_sync),
+      sums_(IntervalSums::zeros(device)) {
+  for (auto& p : params) {
+    names_.push_back(std::move(p.name));
+    params_.push_back(std::move(p.tensor));
+  }
+}
+
+GradScalerOptions grad_scaler_options(const JobConfig& job, const Precision& precision) {
+  GradScalerOptions so;
+  // bf16 keeps fp32's exponent range: scaling is for fp16 (or when asked for).
+  using LS = TrainSection::LossScaling;
+  so.enabled = job.train.loss_scaling == LS::kOn ||
+               (job.train.loss_scaling == LS::kAuto && precision.dtype == ComputeDtype::kFp16);
+  so.init_scale = job.train.loss_scale;
+  so.interval = job.train.loss_scale_interval;
+  return so;
+}
+
+TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64_t step, double lr, double momentum,
+                                 bool stop_requested, const std::vector<int64_t>& sample_ids) {
+  // M5: `accumulate` micro-batches per step; T16: on an allocation failure, the same batch
+  // again as twice as many micro-batches, until one sample alone does not fit.
+  const int64_t n = x.size(0);
+  int64_t parts = std::max<int64_t>(1, std::min<int64_t>(options_.accumulate, n));
+  const at::Tensor saved_loss_sum = sums_.loss_sum.clone(), saved_correct = sums_.correct.clone();
+  for (;;) {
+    try {
+      MicroBatchOptions o;
+      o.parts = parts;
+      o.loss = &loss_;
+      o.autocast = options_.precision.mixed();
+      o.amp_dtype = autocast_dtype(options_.precision);
+      o.loss_scale = scaler_.enabled() ? scaler_.scale() : 1.0;
+      o.before_forward = before_forward;
+      if (grad_sync_ != nullptr) {
+        o.before_backward = [this](bool last) { grad_sync_->communicate(last); };  // M5: only the last
+      }
+      ran_ = accumulate_gradients(model_, x, y, o, sums_.loss_sum, sums_.correct);
+      break;
+    } catch (const std::exception& e) {
+      if (!options_.split_on_oom || !is_out_of_memory(e)) throw;
+      if (comm_ != nullptr) {
+        // Retrying would change this rank's collectives (buckets may be in flight): stop.
+        throw runtime_error("step {}: out of memory on rank {} under data parallel, where a batch cannot be "
+                            "retried in pieces; lower train.batch_size or raise train.accumulate: {}",
+                            step, comm_->rank(), e.what());
+      }
+      optimizer_.zero_grad();
+      sums_.loss_sum.copy_(saved_loss_sum);
+      sums_.correct.copy_(saved_correct);
+      compat::release_cached_memory(device_);
+      if (parts >= n) {
+        throw runtime_error("step {}: out of memory with a single sample (sample ids {}{}): {}", step,
+                            fmt::join(sample_ids.begin(), sample_ids.begin() + std::min<size_t>(8, sample_ids.size()),
+                                      ", "),
+                            sample_ids.size() > 8 ? ", …" : "", e.what());
+      }
+      const int64_t before = parts;
+      parts = std::min<int64_t>(parts * 2, n);
+      ++counters_.oom_retries;
+      log_warn("step {}: out of memory with micro-batches of {} samples; retrying the batch as {} micro-batches of "
+               "about {} (T16)",
+               step, (n + before - 1) / before, parts, (n + parts - 1) / parts);
+    }
+  }
+  if (grad_sync_ != nullptr) grad_sync_->finish();  // gradients averaged over ranks
+  std::vector<at::Tensor> grads;
+  grads.reserve(params_.size());
+  for (const auto& p : params_) grads.push_back(p.grad());
+  scaler_.unscale(grads);  // T1: unscaled before clipping
+  if (options_.clip_norm > 0) {
+    at::NoGradGuard no_grad;
+    at::Tensor total = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    for (const auto& g : grads) {
+      if (g.defined()) total.add_(g.detach().to(at::kFloat).pow(2).sum());
+    }
+    // No host read: the factor is clamped on the device, as torch.nn.utils.clip_grad_norm_ does.
+    const at::Tensor norm = total.sqrt();
+    const at::Tensor factor = (options_.clip_norm / (norm + 1e-6)).clamp_max(1.0);
+    at::Tensor clipped = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    for (const auto& g : grads) {
+      if (!g.defined()) continue;
+      const_cast<at::Tensor&>(g).mul_(factor);
+      clipped.add_(g.detach().to(at::kFloat).pow(2).sum());
+    }
+    sums_.grad_norm_max.copy_(at::maximum(sums_.grad_norm_max, norm));
+    sums_.clipped_norm_max.copy_(at::maximum(sums_.clipped_norm_max, clipped.sqrt()));
+  }
+  // The one host read of the step: are loss and gradients finite (needed to skip the step).
+  std::vector<at::Tensor> checked = grads;
+  checked.push_back(sums_.loss_sum);
+  Result result;
+  bool finite = true;
+  if (comm_ != nullptr) {
+    // Ranks decide together: [any rank non-finite, any rank asked to stop], one small
+    // all-reduce and still one host read per step.
+    at::NoGradGuard no_grad;
+    at::Tensor flags = at::zeros({2}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    at::Tensor ok = at::ones({}, at::TensorOptions().dtype(at::kBool).device(device_));
+    for (const auto& t : checked) {
+      if (t.defined()) ok = at::logical_and(ok, at::isfinite(t).all());
+    }
+    flags[0] = at::logical_not(ok).to(at::kFloat);
+    flags[1] = stop_requested ? 1.0 : 0.0;
+    comm_->all_reduce_sum(flags);
+    const at::Tensor host = flags.to(at::kCPU);
+    finite = host[0].item<float>() == 0.0f;
+    result.stop_agreed = host[1].item<float>() > 0.0f;
+  } else {
+    finite = all_finite(checked);
+    result.stop_agreed = stop_requested;
+  }
+  result.taken = scaler_.update(!finite);
+  if (result.taken) {
+    optimizer_.step(lr, momentum);
+    counters_.bad_in_row = 0;
+  } else {
+    ++counters_.skipped_steps;
+    ++counters_.bad_in_row;
+    std::vector<std::string> names = {"loss"};
+    std::vector<at::Tensor> tensors = {sums_.loss_sum};
+    names.insert(names.end(), names_.begin(), names_.end());
+    tensors.insert(tensors.end(), grads.begin(), grads.end());
+    const std::string bad = first_non_finite(names, tensors);
+    const std::string what = bad == "loss" ? "the loss" : "the gradient of " + bad;
+    if (counters_.bad_in_row >= options_.max_bad_steps) {
+      optimizer_.zero_grad();
+      throw diverged("training diverged: {} is not finite at step {} ({} bad steps in a row, train.max_bad_steps = "
+                     "{}); the last good checkpoint in {} is intact",
+                     what, step, counters_.bad_in_row, options_.max_bad_steps, options_.checkpoint_dir);
+    }
+    log_warn("step {}: {} is not finite; step skipped{} ({} of {} allowed in a row)", step, what,
+             scaler_.enabled() ? fmt::format(", loss scale now {}", scaler_.scale()) : "", counters_.bad_in_row,
+             options_.max_bad_steps);
+    // The interval's metrics must not carry the non-finite values.
+    sums_.loss_sum.copy_(saved_loss_sum);
+    sums_.correct.copy_(saved_correct);
+  }
+  optimizer_.zero_grad();  // T10: set to none
+  return result;
+}
+
+std::vector<ParamGroup> parameter_groups(const OptimOptions& options, const std::vector<NamedTensor>& params) {
+  ParamGroup decay, no_decay;
+  decay.weight_decay = options.weight_decay;
+  no_decay.weight_decay = options.decay_bias_and_norm ? options.weight_decay : 0.0;
+  for (const auto& p : params) (p.tensor.dim() <= 1 ? no_decay : decay).params.push_back(p);
+  return {decay, no_decay};
+}
+
+struct TrialStep::Parts {
+  std::unique_ptr<nn::Model> model;
+  std::unique_ptr<Loss> loss;
+  std::unique_ptr<Optimizer> optimizer;
+  GradScaler scaler;
+  std::unique_ptr<TrainStep> step;
+  double lr = 0, momentum = 0;
+};
+
+TrialStep::TrialStep(const JobConfig& job, int64_t in_channels, int64_t height, int64_t width, int64_t classes,
+                     const Precision& precision, c10::Device device)
+    : p_(std::make_unique<Parts>()) {
+  p_->model = nn::make_model(job.model, in_channels, height, width, classes);
+  p_->model->module().to(device);
+  if (precision.channels_last) nn::to_channels_last(*p_->model);
+  p_->model->module().train();
+  p_->loss = make_loss({job.loss, classes, device});
+  std::vector<NamedTensor> params;
+  for (const auto& p : p_->model->module().named_parameters(true)) params.push_back({p.key(), p.value()});
+  p_->optimizer = make_optimizer(job.optim, parameter_groups(job.optim, params));
+  p_->scaler = GradScaler(grad_scaler_options(job, precision));
+  TrainStepOptions o;
+  o.precision = precision;
+  o.accumulate = job.train.accumulate;
+  o.clip_norm = job.train.clip_norm;
+  o.max_bad_steps = job.train.max_bad_steps;
+  o.split_on_oom = false;
+  o.checkpoint_dir = "(none: a trial step)";
+  p_->step = std::make_unique<TrainStep>(*p_->model, *p_->loss, *p_->optimizer, p_->scaler, std::move(params), o,
+                                         device);
+  p_->lr = job.optim.lr;
+  p_->momentum = optimizer_momentum(job.optim);
+}
+
+TrialStep::~TrialStep() = default;
+
+void TrialStep::run(const at::Tensor& x, const at::Tensor& y) {
+  // The finiteness read at the end of the step waits for the device.
+  p_->step->run(x, y, /*step=*/0, p_->lr, p_->momentum, /*stop_requested=*/false);
 }
 
 }  // namespace crucible::train

@@ -1,4 +1,4 @@
-// tune_batch: doubling, then bisection, over one real training step per try.
+// tune_batch: doubling, then bisection, over one real training step (TrialStep) per try.
 #include "crucible/train/tune.h"
 
 #include <ATen/ATen.h>
@@ -13,7 +13,7 @@
 #include "crucible/data/device_input.h"
 #include "crucible/nn/model.h"
 #include "crucible/train/data_setup.h"
-#include "crucible/train/optimizer.h"
+#include "crucible/train/step.h"
 
 namespace crucible::train {
 namespace {
@@ -33,10 +33,11 @@ TuneResult tune_batch(const JobConfig& job, int64_t budget_bytes, int64_t max_ba
   const data::NormalizeOptions norm{job.data.mean, job.data.std,
                                     data::parse_value_range(job.data.mean_std_range, "data.mean_std_range"),
                                     data::parse_color_order(job.data.mean_std_order, "data.mean_std_order")};
-  const std::string precision = job.train.precision == "auto" ? "bf16" : job.train.precision;
-  const bool amp = precision != "fp32";
-  const c10::ScalarType amp_dtype = precision == "fp16" ? c10::ScalarType::Half : c10::ScalarType::BFloat16;
-  data::DeviceInput input(spec, norm, device, job.train.channels_last);
+  // The step that trains (TrialStep), in the job's precision (auto: bf16, the widest it picks).
+  const Precision precision = job.train.precision == PrecisionMode::kAuto
+                                  ? Precision{ComputeDtype::kBf16, job.train.channels_last}
+                                  : configured_precision(job.train.precision, job.train.channels_last);
+  data::DeviceInput input(spec, norm, device, precision.channels_last);
 
   TuneResult result;
   auto attempt = [&](int64_t b) {
@@ -48,17 +49,8 @@ TuneResult tune_batch(const JobConfig& job, int64_t budget_bytes, int64_t max_ba
       std::unique_ptr<compat::CpuMemoryBudget> budget;
       if (budget_bytes > 0) budget = std::make_unique<compat::CpuMemoryBudget>(budget_bytes);
       try {
-        auto model = nn::make_model(job.model, spec.channels, spec.height, spec.width, ds.num_classes);
-        if (job.train.channels_last) nn::to_channels_last(*model);
-        ParamGroup g;
-        for (const auto& p : model->module().named_parameters(true)) g.params.push_back({p.key(), p.value()});
-        auto opt = make_optimizer(job.optim, {g});
-        const at::Tensor x = input.images(batch), y = input.labels(batch);
-        {
-          compat::AutocastGuard guard(device.type(), amp_dtype, amp);
-          at::cross_entropy_loss(model->forward(x), y).backward();
-        }
-        opt->step(job.optim.lr, job.optim.beta1);
+        TrialStep trial(job, spec.channels, spec.height, spec.width, ds.num_classes, precision, device);
+        trial.run(input.images(batch), input.labels(batch));
         t.fits = true;
       } catch (const std::exception& e) {
         if (!out_of_memory(e)) throw;

@@ -119,5 +119,71 @@ TEST(Config, JobConfigRejectsNegativeLearningRate) {
   expect_bad_input([&] { schema.load_string("[optim]\nlr = -0.001\n", "job.toml"); }, {"optim.lr", "> 0"});
 }
 
+
+// Enum keys: a string in the file, an enum in the field from parsing onwards; the spellings are
+// the allowed values, the rendered config prints the spelling back.
+TEST(Config, EnumKeysParseToTheirValueAndRenderBack) {
+  enum class Colour { kRed, kGreen, kBlue };
+  Colour c = Colour::kGreen;
+  ConfigSchema schema;
+  schema.add_enum("s", "colour", &c, {{"red", Colour::kRed}, {"green", Colour::kGreen}, {"blue", Colour::kBlue}},
+                  "a colour");
+  EXPECT_NE(schema.find("s", "colour")->default_toml().find("green"), std::string::npos);
+  schema.apply_override("s.colour=blue");
+  EXPECT_EQ(c, Colour::kBlue);
+  EXPECT_NE(schema.to_toml().find("colour = \"blue\""), std::string::npos) << schema.to_toml();
+  expect_bad_input([&] { schema.apply_override("s.colour=purple"); }, {"s.colour", "purple", "red", "green", "blue"});
+  EXPECT_EQ(c, Colour::kBlue);  // a refused value leaves the field as it was
+}
+
+// train.precision, train.loss_scaling and dist.bn are enums; the resolved config of the default
+// values reads back to the same values.
+TEST(Config, JobEnumKeysRoundTrip) {
+  train::JobConfig job;
+  ConfigSchema schema;
+  train::bind_job_config(job, schema);
+  schema.apply_override("train.precision=auto");
+  schema.apply_override("train.loss_scaling=off");
+  schema.apply_override("dist.bn=sync");
+  EXPECT_EQ(job.train.precision, train::PrecisionMode::kAuto);
+  EXPECT_EQ(job.train.loss_scaling, train::TrainSection::LossScaling::kOff);
+  EXPECT_EQ(job.dist.bn, train::DistSection::Bn::kSync);
+  train::JobConfig again;
+  ConfigSchema schema2;
+  train::bind_job_config(again, schema2);
+  schema2.load_string(schema.to_toml(), "resolved");
+  EXPECT_EQ(schema2.values(), schema.values());
+  expect_bad_input([&] { schema.apply_override("train.precision=fp8"); }, {"train.precision", "fp8", "bf16"});
+}
+
+// Registered names become the allowed values of model.name / loss.name / optim.name.
+TEST(Config, RegisteredNamesAreTheAllowedValues) {
+  train::JobConfig job;
+  ConfigSchema schema;
+  train::RegisteredNames names{{"net_a", "net_b"}, {"loss_a"}, {"opt_a"}};
+  train::bind_job_config(job, schema, names);
+  schema.apply_override("model.name=net_b");
+  EXPECT_EQ(job.model.name, "net_b");
+  expect_bad_input([&] { schema.apply_override("model.name=net_c"); }, {"model.name", "net_a", "net_b"});
+  expect_bad_input([&] { schema.apply_override("loss.name=mse"); }, {"loss.name", "loss_a"});
+  expect_bad_input([&] { schema.apply_override("optim.name=lamb"); }, {"optim.name", "opt_a"});
+}
+
+// Precision prints and parses back (the broadcast of an auto choice, checkpoints).
+TEST(Config, PrecisionParsesWhatItPrints) {
+  using train::ComputeDtype;
+  using train::Precision;
+  for (ComputeDtype d : {ComputeDtype::kFp32, ComputeDtype::kBf16, ComputeDtype::kFp16}) {
+    for (bool cl : {false, true}) {
+      const Precision p{d, cl};
+      EXPECT_EQ(Precision::parse(p.to_string(), "test"), p) << p.to_string();
+      EXPECT_EQ(Precision::from_fields(p.dtype_name(), p.memory_format_name(), "test"), p);
+    }
+  }
+  EXPECT_EQ(Precision::parse("bf16 channels_last", "x").to_string(), "bf16 channels_last");
+  expect_bad_input([] { Precision::parse("bf16+cl", "rank 0"); }, {"rank 0", "bf16+cl"});
+  expect_bad_input([] { Precision::from_fields("fp8", "contiguous", "ckpt.safetensors"); }, {"ckpt.safetensors", "fp8"});
+}
+
 }  // namespace
 }  // namespace crucible

@@ -32,12 +32,12 @@ JobConfig gpu_job(const std::string& dir, int64_t train_samples, int64_t epochs)
 // data through pinned memory (D9): it runs, stays finite and learns.
 TEST(Trainer, ShortRunsOnTheGpu_CUDA) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device visible to libtorch " << compat::torch_version();
-  for (const char* precision : {"bf16", "fp16"}) {
+  for (PrecisionMode precision : {PrecisionMode::kBf16, PrecisionMode::kFp16}) {
     test::TempDir d;
     JobConfig j = gpu_job(d.path(), 8192, 2);
     j.train.precision = precision;
     const TrainSummary s = Trainer(j).run();
-    EXPECT_GT(s.test_acc, 0.7) << precision;
+    EXPECT_GT(s.test_acc, 0.7) << s.precision.value.to_string();
   }
 }
 

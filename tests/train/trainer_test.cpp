@@ -86,7 +86,7 @@ TEST(Trainer, OneSampleThatDoesNotFitNamesTheSamples) {
 TEST(Trainer, AutoPrecisionPicksTheFastestItTimedAndTrainsInIt) {
   test::TempDir d;
   JobConfig j = small_job(d.path(), "auto");
-  j.train.precision = "auto";
+  j.train.precision = PrecisionMode::kAuto;
   j.train.max_steps = 2;
   ::testing::internal::CaptureStdout();
   const TrainSummary s = Trainer(j).run();
@@ -97,20 +97,19 @@ TEST(Trainer, AutoPrecisionPicksTheFastestItTimedAndTrainsInIt) {
   const PrecisionTiming* fastest = &c.timed[0];
   bool has_bf16 = false;
   for (const auto& t : c.timed) {
-    EXPECT_GT(t.ms, 0) << t.precision;
+    EXPECT_GT(t.ms, 0) << t.precision.to_string();
     if (t.ms < fastest->ms) fastest = &t;
-    has_bf16 = has_bf16 || t.precision == "bf16";
+    has_bf16 = has_bf16 || t.precision.dtype == ComputeDtype::kBf16;
   }
   EXPECT_TRUE(has_bf16);  // a candidate wherever bf16 autocast exists
-  EXPECT_EQ(c.precision, fastest->precision);
-  EXPECT_EQ(c.channels_last, fastest->channels_last);
-  EXPECT_EQ(s.step_dtype, c.precision == "bf16" ? "BFloat16" : "Float");
-  EXPECT_EQ(s.step_channels_last, c.channels_last);
-  std::printf("auto picked %s %s; steps ran in %s, channels_last %d\n", c.precision.c_str(),
-              c.channels_last ? "channels_last" : "contiguous", s.step_dtype.c_str(), s.step_channels_last);
+  EXPECT_EQ(c.value, fastest->precision);
+  EXPECT_EQ(s.step_dtype, c.value.dtype == ComputeDtype::kBf16 ? "BFloat16" : "Float");
+  EXPECT_EQ(s.step_channels_last, c.value.channels_last);
+  std::printf("auto picked %s; steps ran in %s, channels_last %d\n", c.value.to_string().c_str(),
+              s.step_dtype.c_str(), s.step_channels_last);
 
   JobConfig f = small_job(d.path(), "fp32");
-  f.train.precision = "fp32";
+  f.train.precision = PrecisionMode::kFp32;
   f.train.channels_last = false;
   f.train.max_steps = 2;
   const TrainSummary fs = Trainer(f).run();

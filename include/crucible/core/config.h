@@ -77,6 +77,27 @@ class ConfigSchema {
   ConfigKey& add(const std::string& section, const std::string& key, std::string* field, std::string help);
   ConfigKey& add(const std::string& section, const std::string& key, std::vector<double>* field,
                  std::string help);
+  // A string key held as an enum from parsing onwards: `names` lists every allowed spelling
+  // with its value, in the order --help shows them (they become the key's choices).
+  template <typename E>
+  ConfigKey& add_enum(const std::string& section, const std::string& key, E* field,
+                      std::vector<std::pair<std::string, E>> names, std::string help) {
+    std::vector<std::string> allowed;
+    for (const auto& n : names) allowed.push_back(n.first);
+    auto set = [field, names](const ConfigValue& v) {
+      for (const auto& n : names) {
+        if (n.first == std::get<std::string>(v)) *field = n.second;
+      }
+    };
+    auto get = [field, names]() -> ConfigValue {
+      for (const auto& n : names) {
+        if (n.second == *field) return n.first;
+      }
+      return std::string("?");
+    };
+    return add_custom(section, key, std::move(help), ConfigType::kString, std::move(set), std::move(get))
+        .choices(std::move(allowed));
+  }
 
   // Loads a TOML document; every table must be a known section and every key a known key.
   void load_file(const std::string& path);
@@ -96,6 +117,8 @@ class ConfigSchema {
 
  private:
   ConfigKey& add_key(std::unique_ptr<ConfigKey> key);
+  ConfigKey& add_custom(const std::string& section, const std::string& key, std::string help, ConfigType type,
+                        std::function<void(const ConfigValue&)> set, std::function<ConfigValue()> get);
   template <typename T>
   ConfigKey& bind(const std::string& section, const std::string& key, T* field, std::string help, ConfigType type);
   ConfigKey* find_mutable(const std::string& section, const std::string& key);

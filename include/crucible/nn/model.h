@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -11,6 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "crucible/core/registry.h"
 #include "crucible/data/device_input.h"
 
 #include "crucible/nn/model_options.h"
@@ -55,6 +57,17 @@ class Model {
   virtual InputSpec input_spec() const = 0;
   virtual std::string describe() const = 0;
 };
+
+// What a model is built for: its options and the data's channels, size and class count.
+struct ModelBuild {
+  const ModelOptions& options;
+  int64_t in_channels, height, width, num_classes;
+};
+using ModelFactory = std::function<std::unique_ptr<Model>(const ModelBuild&)>;
+
+// Every model by name (model.name's allowed values). Adding a model is its own file plus one
+// line here (model.cpp).
+const Registry<ModelFactory>& model_registry();
 
 // Builds `options.name` with weights from torch's default CPU generator (seed it first).
 // Throws bad_input for an unknown name or an input the model cannot take.

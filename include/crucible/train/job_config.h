@@ -10,6 +10,7 @@
 
 #include "crucible/nn/model_options.h"
 #include "crucible/train/optim_options.h"
+#include "crucible/train/precision.h"
 #include "crucible/train/schedule.h"
 
 namespace crucible {
@@ -54,15 +55,15 @@ struct TrainSection {
   int64_t epochs = 10;
   int64_t batch_size = 256;
   int64_t eval_batch_size = 1000;
-  std::string precision = "bf16";  // "fp32" | "bf16" | "fp16" | "auto" (timed here, fastest safe choice)
+  PrecisionMode precision = PrecisionMode::kBf16;  // fp32 | bf16 | fp16 | auto (timed here, fastest safe choice)
   bool channels_last = true;
-  double label_smoothing = 0.1;
   int64_t threads = 0;   // torch intra-op threads; 0 = every core this process may use
   int64_t max_steps = 0; // stop after this many steps (0 = run every epoch)
   int64_t accumulate = 1;      // M5: micro-batches per optimizer step (batch_size is split)
   double clip_norm = 0.0;      // clip the global gradient norm to this (0 = off), after unscaling
   int64_t max_bad_steps = 3;   // non-finite loss/gradients this many steps in a row → exit 3
-  std::string loss_scaling = "auto";   // T1: "auto" (on for fp16) | "on" | "off"
+  enum class LossScaling { kAuto, kOn, kOff };
+  LossScaling loss_scaling = LossScaling::kAuto;  // T1: auto (on for fp16) | on | off
   double loss_scale = 65536.0;         // GradScaler: initial scale (T1)
   int64_t loss_scale_interval = 2000;  // clean steps before the scale grows ×2
   bool deterministic = false;  // M6: deterministic algorithms only
@@ -72,6 +73,13 @@ struct TrainSection {
   // M4: input sizes (square) to train at, one per step drawn from (seed, step) — the same on
   // every rank; empty = the data's own size. Evaluation uses the data's size.
   std::vector<double> multi_scale;
+};
+
+// The training loss (a registry name, train/loss.h) and its options.
+struct LossSection {
+  std::string name = "cross_entropy";
+  double label_smoothing = 0.1;       // cross_entropy: label smoothing
+  std::vector<double> class_weights;  // cross_entropy: one weight per class ([] = equal)
 };
 
 struct CheckpointSection {
@@ -90,7 +98,8 @@ struct DistSection {
   std::string backend = "auto";   // "auto" (nccl on CUDA, gloo on CPU) | "gloo" | "nccl"
   double timeout_s = 300;         // a collective waiting longer than this fails, naming the missing rank
   double bucket_mb = 25;          // gradient all-reduce bucket size (communication overlaps backward)
-  std::string bn = "broadcast";   // M2: BatchNorm statistics: "broadcast" (rank 0's) | "average" | "sync" (M3)
+  enum class Bn { kBroadcast, kAverage, kSync };
+  Bn bn = Bn::kBroadcast;  // M2: BatchNorm statistics: broadcast (rank 0's) | average | sync (M3)
 };
 
 struct JobConfig {
@@ -99,14 +108,25 @@ struct JobConfig {
   nn::ModelOptions model;
   OptimOptions optim;
   ScheduleOptions schedule;
+  LossSection loss;
   TrainSection train;
   CheckpointSection checkpoint;
   LogSection log;
   DistSection dist;
 };
 
+// The names the registries hold (models, losses, optimizers): the allowed values of
+// model.name, loss.name and optim.name. Empty lists leave those keys unchecked at parse time
+// (torch-free tools); the registry lookup still names an unknown one.
+struct RegisteredNames {
+  std::vector<std::string> models, losses, optimizers;
+};
+
 // Registers every field of `job` in `schema` (job must outlive schema).
-void bind_job_config(JobConfig& job, ConfigSchema& schema);
+void bind_job_config(JobConfig& job, ConfigSchema& schema, const RegisteredNames& names = {});
+
+// "broadcast" | "average" | "sync"
+const char* bn_name(DistSection::Bn bn);
 
 // Keys whose change does not alter the result of a run (so resuming with them changed is
 // allowed): logging, checkpoint cadence, loader threads.

@@ -10,7 +10,11 @@
 #include <utility>
 #include <vector>
 
+#include <functional>
+
 #include <ATen/core/Tensor.h>
+
+#include "crucible/core/registry.h"
 
 #include "crucible/train/optim_options.h"
 
@@ -50,7 +54,20 @@ class Optimizer {
   std::vector<ParamGroup> groups_;
 };
 
+// An optimizer in the registry: how to build it, and which of its options the schedule's
+// momentum stands for (beta1 for AdamW, momentum for SGD) when no schedule cycles it.
+struct OptimizerKind {
+  std::function<std::unique_ptr<Optimizer>(const OptimOptions&, std::vector<ParamGroup>)> make;
+  std::function<double(const OptimOptions&)> momentum;
+};
+
+// Every optimizer by name (optim.name's allowed values). Adding one is one line here.
+const Registry<OptimizerKind>& optimizer_registry();
+
 // Builds options.name over `groups`. Throws bad_input for an unknown name.
 std::unique_ptr<Optimizer> make_optimizer(const OptimOptions& options, std::vector<ParamGroup> groups);
+
+// The momentum options.name's step takes when nothing schedules it (beta1 / momentum).
+double optimizer_momentum(const OptimOptions& options);
 
 }  // namespace crucible::train

@@ -1,26 +1,54 @@
-// The gradient half of a training step (M5): one batch run as `parts` micro-batches, each
-// micro-batch's mean loss weighted by its share of the batch, so the summed gradients equal
-// those of the whole batch's mean loss — for any split, uneven ones included — whenever the
-// model treats samples independently (BatchNorm in training mode does not: it normalises each
-// micro-batch by its own statistics, as it would in any framework). Used by the Trainer; the
-// rest of the step (unscale, clip, finiteness vote, optimizer) stays there for now.
+// The training step, in one copy, used by the Trainer, `precision = auto` and `tune batch`:
+// - accumulate_gradients: forward + backward of one batch as `parts` micro-batches (M5), each
+//   micro-batch's mean loss weighted by its share of the batch, so the summed gradients equal
+//   those of the whole batch's mean loss for any split whenever the model treats samples
+//   independently (BatchNorm in training mode does not: it normalises each micro-batch by its
+//   own statistics, as it would in any framework);
+// - TrainStep: that, retried as smaller micro-batches on an allocation failure (T16), then
+//   gradient sync, unscale (T1), clipping, the finiteness vote (skip or exit 3) and the
+//   optimizer step, with the interval's metrics kept on the device (law 2);
+// - TrialStep: a throwaway copy of a job's step on one batch, for timing and sizing.
+// Not thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+
+#include "crucible/train/job_config.h"
+#include "crucible/train/optimizer.h"  // NamedTensor
+#include "crucible/train/precision.h"
 
 namespace crucible::nn {
 class Model;
 }
+namespace crucible::dist {
+class Comm;
+class GradSync;
+}  // namespace crucible::dist
 
 namespace crucible::train {
 
+class GradScaler;
+struct GradScalerOptions;
+class Loss;
+
+// The job's loss scaling (T1) for this precision: on for fp16 under "auto", or as configured.
+GradScalerOptions grad_scaler_options(const JobConfig& job, const Precision& precision);
+
+// autocast's dtype for a mixed precision (bf16 for fp32, which does not autocast).
+c10::ScalarType autocast_dtype(const Precision& precision);
+
 struct MicroBatchOptions {
   int64_t parts = 1;                                  // micro-batches (clamped to the batch size)
-  double label_smoothing = 0.0;                       // cross-entropy label smoothing
+  const Loss* loss = nullptr;                         // null: cross-entropy with label_smoothing
+  double label_smoothing = 0.0;                       // (only without `loss`)
   bool autocast = false;                              // mixed precision forward
   c10::ScalarType amp_dtype = c10::ScalarType::BFloat16;
   double loss_scale = 1.0;                            // GradScaler's factor (T1), 1 when off
@@ -43,5 +71,92 @@ struct MicroBatchRecord {
 // and the number of correct argmaxes to `correct` (long, device): no host read.
 MicroBatchRecord accumulate_gradients(nn::Model& model, const at::Tensor& x, const at::Tensor& y,
                                       const MicroBatchOptions& options, at::Tensor& loss_sum, at::Tensor& correct);
+
+// The metrics of the current log interval, on the device (law 2), read once per interval.
+struct IntervalSums {
+  at::Tensor loss_sum;          // Σ loss × samples (double)
+  at::Tensor correct;           // correct top-1 (long)
+  at::Tensor grad_norm_max;     // with clipping: the largest global gradient norm before clipping
+  at::Tensor clipped_norm_max;  // … and after it (float)
+  static IntervalSums zeros(c10::Device device);
+  void zero();
+};
+
+// Counters a checkpoint keeps.
+struct StepCounters {
+  int64_t skipped_steps = 0;  // non-finite steps skipped over the whole run
+  int64_t bad_in_row = 0;     // non-finite steps in a row
+  int64_t oom_retries = 0;    // batches re-run as smaller micro-batches (T16)
+};
+
+struct TrainStepOptions {
+  Precision precision;         // autocast when mixed
+  int64_t accumulate = 1;      // micro-batches per step (M5)
+  double clip_norm = 0;        // 0 = off
+  int64_t max_bad_steps = 3;   // non-finite steps in a row before exit 3
+  bool split_on_oom = true;    // T16; false: an allocation failure propagates (tune batch)
+  std::string checkpoint_dir;  // named when training diverges ("the last good checkpoint in …")
+};
+
+class TrainStep {
+ public:
+  // `params` (names parallel to the tensors) are the parameters the optimizer updates, in the
+  // model's order. `comm`/`grad_sync` are null in a single process. All must outlive the step.
+  TrainStep(nn::Model& model, const Loss& loss, Optimizer& optimizer, GradScaler& scaler,
+            std::vector<NamedTensor> params, TrainStepOptions options, c10::Device device,
+            dist::Comm* comm = nullptr, dist::GradSync* grad_sync = nullptr);
+
+  struct Result {
+    bool taken = false;        // the optimizer stepped (false: non-finite, skipped)
+    bool stop_agreed = false;  // some rank asked to stop (data parallel; else `stop_requested`)
+  };
+  // One optimizer step on (x, y) at this step's lr and momentum. `step` names it in messages;
+  // `stop_requested` is this rank's wish to stop, voted with finiteness under data parallel (one
+  // host read per step either way). Throws diverged after max_bad_steps bad steps in a row.
+  // `sample_ids` name the batch's samples in an out-of-memory message.
+  Result run(const at::Tensor& x, const at::Tensor& y, int64_t step, double lr, double momentum,
+             bool stop_requested, const std::vector<int64_t>& sample_ids = {});
+
+  IntervalSums& sums() { return sums_; }
+  StepCounters& counters() { return counters_; }
+  const MicroBatchRecord& ran() const { return ran_; }
+  // Test seam (T16): called with each micro-batch's size before its forward.
+  std::function<void(int64_t samples)> before_forward;
+
+ private:
+  nn::Model& model_;
+  const Loss& loss_;
+  Optimizer& optimizer_;
+  GradScaler& scaler_;
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> params_;
+  TrainStepOptions options_;
+  c10::Device device_;
+  dist::Comm* comm_;
+  dist::GradSync* grad_sync_;
+  IntervalSums sums_;
+  StepCounters counters_;
+  MicroBatchRecord ran_;
+};
+
+// T4 parameter groups: weight decay on weights, none on biases and normalisation weights (1-D
+// tensors) unless options.decay_bias_and_norm.
+std::vector<ParamGroup> parameter_groups(const OptimOptions& options, const std::vector<NamedTensor>& params);
+
+// A throwaway copy of a job's training step — a fresh model (from torch's generator as it is),
+// its optimizer, loss, loss scaler and TrainStep — in one precision, for `precision = auto`
+// (timing) and `tune batch` (what fits): both measure the step that trains.
+class TrialStep {
+ public:
+  TrialStep(const JobConfig& job, int64_t in_channels, int64_t height, int64_t width, int64_t classes,
+            const Precision& precision, c10::Device device);
+  ~TrialStep();
+  // One whole step (an allocation failure propagates); returns after the device finished.
+  void run(const at::Tensor& x, const at::Tensor& y);
+
+ private:
+  struct Parts;
+  std::unique_ptr<Parts> p_;
+};
 
 }  // namespace crucible::train

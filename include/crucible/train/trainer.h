@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "crucible/train/job_config.h"
+#include "crucible/train/precision.h"
 
 namespace torch::nn {
 class Module;
@@ -26,13 +27,11 @@ struct TrainFlags {
 
 // How the run's precision and memory format were decided (`train.precision`).
 struct PrecisionTiming {
-  std::string precision;  // "fp32" | "bf16"
-  bool channels_last = false;
-  double ms = 0;          // best forward+backward time of one batch
+  Precision precision;  // fp32 | bf16, either memory format
+  double ms = 0;        // best time of one whole training step on a batch
 };
 struct PrecisionChoice {
-  std::string precision;        // "fp32" | "bf16" | "fp16"
-  bool channels_last = false;
+  Precision value;
   std::string source;           // "configured" | "auto" (timed here) | "checkpoint" (a resumed run's)
   std::vector<PrecisionTiming> timed;  // "auto": every candidate, in the order timed
 };
@@ -75,6 +74,10 @@ class Trainer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The names in the model, loss and optimizer registries: the allowed values of model.name,
+// loss.name and optim.name (pass to bind_job_config).
+RegisteredNames registered_names();
 
 // SHA-256 over parameters then buffers in registration order: name, dtype, shape and the
 // values in C order (independent of memory format).

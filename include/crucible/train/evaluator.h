@@ -1,0 +1,52 @@
+// Evaluator: the model on a whole test set, with exact figures under data parallel (X2/X5):
+// per-sample results (sample id, loss, correct) stay on the device, are gathered from every
+// rank, the sampler's padding is dropped (first occurrence of each id kept), and the metrics
+// are computed once over the whole set in id order, as a single process would. Runs in eval
+// mode without gradients (M1), restoring the mode after. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include <c10/core/Device.h>
+
+#include "crucible/train/precision.h"
+
+namespace crucible::nn {
+class Model;
+}
+namespace crucible::data {
+class Loader;
+class DeviceInput;
+}  // namespace crucible::data
+namespace crucible::dist {
+class Comm;
+}
+
+namespace crucible::train {
+
+class Loss;
+
+struct EvalResult {
+  double loss = 0;      // mean per-sample loss (no label smoothing)
+  double acc = 0;       // top-1, 0–1
+  int64_t samples = 0;  // distinct samples evaluated (over all ranks)
+};
+
+class Evaluator {
+ public:
+  // Everything must outlive the evaluator; `comm` is null in a single process.
+  Evaluator(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Loss& loss,
+            const Precision& precision, c10::Device device, dist::Comm* comm = nullptr);
+  EvalResult run();
+
+ private:
+  nn::Model& model_;
+  data::Loader& loader_;
+  const data::DeviceInput& input_;
+  const Loss& loss_;
+  Precision precision_;
+  c10::Device device_;
+  dist::Comm* comm_;
+};
+
+}  // namespace crucible::train

@@ -1,0 +1,40 @@
+// Precision: the typed choice of compute precision × memory format a run trains in, with
+// parse and print (checkpoints, the broadcast of an `auto` choice, logs). `train.precision`
+// is a PrecisionMode from parsing onwards. Torch-free; the autocast mapping is in torch code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace crucible::train {
+
+// train.precision as configured.
+enum class PrecisionMode { kFp32, kBf16, kFp16, kAuto };
+
+// What the forward pass computes in: fp32, or autocast mixed precision in bf16 / fp16.
+enum class ComputeDtype { kFp32, kBf16, kFp16 };
+
+struct Precision {
+  ComputeDtype dtype = ComputeDtype::kFp32;
+  bool channels_last = false;
+
+  bool mixed() const { return dtype != ComputeDtype::kFp32; }
+  std::string dtype_name() const;          // "fp32" | "bf16" | "fp16"
+  std::string memory_format_name() const;  // "contiguous" | "channels_last"
+  std::string to_string() const;           // "bf16 channels_last"
+  // Reads to_string()'s form; throws bad_input naming `source`.
+  static Precision parse(const std::string& text, const std::string& source);
+  // From the two checkpoint fields ("bf16", "channels_last"); throws bad_input naming `source`.
+  static Precision from_fields(const std::string& dtype, const std::string& memory_format, const std::string& source);
+
+  bool operator==(const Precision& o) const { return dtype == o.dtype && channels_last == o.channels_last; }
+  bool operator!=(const Precision& o) const { return !(*this == o); }
+};
+
+// The configured precision for a mode other than auto (fp32 / bf16 / fp16).
+Precision configured_precision(PrecisionMode mode, bool channels_last);
+
+// (spelling, value) of every PrecisionMode, for the config schema.
+std::vector<std::pair<std::string, PrecisionMode>> precision_mode_names();
+
+}  // namespace crucible::train

@@ -1,0 +1,34 @@
+// RunDir: a run's folder <run.dir>/<run.name>/ — config.toml (the resolved job), train.log,
+// metrics.jsonl, summary.json, checkpoints/. Rank 0 owns it (law 4): it creates it, discards
+// it on --restart, refuses --resume of nothing, and refuses to continue a run whose stored
+// config differs from this job in a key that changes results (listing each difference).
+// Other ranks only read its checkpoints. Not thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "crucible/train/checkpoint.h"
+#include "crucible/train/job_config.h"
+
+namespace crucible::train {
+
+// The job as TOML, every key resolved (config.toml, checkpoints' "config").
+std::string resolved_toml(const JobConfig& job);
+
+class RunDir {
+ public:
+  RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank);
+
+  const std::string& path() const { return path_; }
+  CheckpointManager& checkpoints() { return *checkpoints_; }
+  std::string metrics_path() const;
+  // Writes summary.json atomically (rank 0).
+  void write_summary(const std::string& text) const;
+
+ private:
+  std::string path_;
+  std::unique_ptr<CheckpointManager> checkpoints_;
+};
+
+}  // namespace crucible::train

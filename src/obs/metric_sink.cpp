@@ -1,0 +1,33 @@
+// The JSON Lines and progress sinks, and the fan-out (see metric_sink.h).
+#include "crucible/obs/metric_sink.h"
+
+#include <nlohmann/json.hpp>
+
+namespace crucible::obs {
+
+void JsonlSink::write(const nlohmann::json& record) { writer_.write(record); }
+
+void ProgressSink::write(const nlohmann::json& record) {
+  if (record.value("type", std::string()) != "train") return;
+  TrainReading r;
+  r.step = record.value("step", int64_t{0});
+  r.loss = record.value("loss", 0.0);
+  r.accuracy = record.value("acc", 0.0);
+  r.lr = record.value("lr", 0.0);
+  r.samples_per_s = record.value("samples_per_s", 0.0);
+  progress_.reading(r, record.value("epoch", int64_t{0}));
+}
+
+void MetricSinks::write(const nlohmann::json& record) {
+  for (auto& s : sinks_) s->write(record);
+}
+
+void MetricSinks::step_done(int64_t step, int64_t epoch) {
+  for (auto& s : sinks_) s->step_done(step, epoch);
+}
+
+void MetricSinks::pause() {
+  for (auto& s : sinks_) s->pause();
+}
+
+}  // namespace crucible::obs

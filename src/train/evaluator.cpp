@@ -1,0 +1,73 @@
+// Evaluator (see evaluator.h).
+#include "crucible/train/evaluator.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "crucible/core/compat.h"
+#include "crucible/data/device_input.h"
+#include "crucible/data/loader.h"
+#include "crucible/dist/comm.h"
+#include "crucible/nn/mode_guard.h"
+#include "crucible/nn/model.h"
+#include "crucible/train/loss.h"
+#include "crucible/train/step.h"
+
+namespace crucible::train {
+
+Evaluator::Evaluator(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Loss& loss,
+                     const Precision& precision, c10::Device device, dist::Comm* comm)
+    : model_(model),
+      loader_(loader),
+      input_(input),
+      loss_(loss),
+      precision_(precision),
+      device_(device),
+      comm_(comm) {}
+
+EvalResult Evaluator::run() {
+  std::vector<at::Tensor> ids, losses, hits;
+  {
+    nn::EvalGuard guard(model_.module());  // M1: eval mode + no grad, restored after
+    compat::AutocastGuard amp(device_.type(), autocast_dtype(precision_), precision_.mixed());
+    loader_.start_epoch(0);
+    while (auto batch = loader_.next()) {
+      at::Tensor x = input_.images(*batch);
+      at::Tensor y = input_.labels(*batch);
+      at::Tensor logits = model_.forward(x);
+      losses.push_back(loss_.per_sample(logits, y).to(at::kDouble));
+      hits.push_back(logits.argmax(1).eq(y).to(at::kDouble));
+      ids.push_back(at::tensor(batch->sample_ids, at::kLong).to(device_).to(at::kDouble));
+    }
+  }
+  const auto dev = at::TensorOptions().dtype(at::kDouble).device(device_);
+  at::Tensor local = ids.empty() ? at::zeros({0, 3}, dev)
+                                 : at::stack({at::cat(ids), at::cat(losses), at::cat(hits)}, 1);  // [n, 3]
+  at::Tensor all = comm_ != nullptr ? comm_->all_gather_varying(local) : local;
+  all = all.to(at::kCPU).contiguous();
+  const int64_t rows = all.size(0);
+  const double* r = all.data_ptr<double>();
+  std::vector<std::pair<int64_t, int64_t>> order;  // (sample id, row), first occurrence of each id
+  order.reserve(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) order.emplace_back(static_cast<int64_t>(r[3 * i]), i);
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  double loss_total = 0, correct_total = 0;
+  int64_t n = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i > 0 && order[i].first == order[i - 1].first) continue;  // padding
+    loss_total += r[3 * order[i].second + 1];
+    correct_total += r[3 * order[i].second + 2];
+    ++n;
+  }
+  EvalResult result;
+  result.loss = loss_total / static_cast<double>(std::max<int64_t>(1, n));
+  result.acc = correct_total / static_cast<double>(std::max<int64_t>(1, n));
+  result.samples = n;
+  return result;
+}
+
+}  // namespace crucible::train

@@ -1,0 +1,80 @@
+// RunDir (see run_dir.h).
+#include "crucible/train/run_dir.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "crucible/core/config.h"
+#include "crucible/core/error.h"
+#include "crucible/core/file.h"
+#include "crucible/core/log.h"
+
+namespace crucible::train {
+
+namespace fs = std::filesystem;
+
+std::string resolved_toml(const JobConfig& job) {
+  JobConfig copy = job;
+  ConfigSchema schema;
+  bind_job_config(copy, schema);
+  return schema.to_toml();
+}
+
+RunDir::RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank)
+    : path_((fs::path(job.run.dir) / job.run.name).string()) {
+  const std::string ckpt_dir = (fs::path(path_) / "checkpoints").string();
+  if (!main_rank) {  // rank 0 owns the run folder (law 4); the others read its checkpoints
+    checkpoints_ = std::make_unique<CheckpointManager>(ckpt_dir, job.checkpoint.keep);
+    return;
+  }
+  const bool existed = fs::exists(path_);
+  if (resume && !existed) {
+    throw bad_input("--resume: run folder {} does not exist (nothing to resume; drop --resume to start)", path_);
+  }
+  if (restart && existed) {
+    log_info("--restart: discarding the previous run in {}", path_);
+    for (const char* f : {"metrics.jsonl", "summary.json", "train.log", "config.toml"}) fs::remove(fs::path(path_) / f);
+    fs::remove_all(ckpt_dir);
+  }
+  std::error_code ec;
+  fs::create_directories(ckpt_dir, ec);
+  if (ec) throw runtime_error("cannot create run folder {}: {}", ckpt_dir, ec.message());
+  checkpoints_ = std::make_unique<CheckpointManager>(ckpt_dir, job.checkpoint.keep);
+
+  // A rerun into an existing run continues it, but only with the same job (cosmetic keys such
+  // as logging may change).
+  const std::string config_path = (fs::path(path_) / "config.toml").string();
+  const std::string toml = resolved_toml(job);
+  if (fs::exists(config_path) && !checkpoints_->list().empty()) {
+    JobConfig stored_job;
+    ConfigSchema stored;
+    bind_job_config(stored_job, stored);
+    stored.load_file(config_path);
+    JobConfig now_job = job;
+    ConfigSchema now;
+    bind_job_config(now_job, now);
+    auto a = stored.values(), b = now.values();
+    std::string diffs;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].second != b[i].second && !key_is_cosmetic(a[i].first)) {
+        diffs += fmt::format("\n  {}: run has {}, now {}", a[i].first, a[i].second, b[i].second);
+      }
+    }
+    if (!diffs.empty()) {
+      throw bad_input("run folder {} holds a run with a different configuration:{}\nresume it with its own config, "
+                      "choose another run.name, or pass --restart to discard it",
+                      path_, diffs);
+    }
+  }
+  write_file_atomic(config_path, toml);
+  set_log_file((fs::path(path_) / "train.log").string());
+}
+
+std::string RunDir::metrics_path() const { return (fs::path(path_) / "metrics.jsonl").string(); }
+
+void RunDir::write_summary(const std::string& text) const {
+  write_file_atomic((fs::path(path_) / "summary.json").string(), text);
+}
+
+}  // namespace crucible::train

@@ -1,0 +1,120 @@
+// CheckpointIO: one checkpoint schema, written and read by the same list (see run_state.h).
+#include "crucible/train/run_state.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "crucible/core/error.h"
+
+namespace crucible::train {
+
+CheckpointIO CheckpointIO::writer(CheckpointData& out) { return CheckpointIO(&out, nullptr, ""); }
+
+CheckpointIO CheckpointIO::reader(const CheckpointData& in, std::string path) {
+  return CheckpointIO(nullptr, &in, std::move(path));
+}
+
+void CheckpointIO::tensor(const std::string& name, at::Tensor& t, bool required) {
+  if (!reading()) {
+    out_->tensors.push_back({name, t});
+    return;
+  }
+  const at::Tensor* src = in_->find(name);
+  if (src == nullptr) {
+    if (!required) return;
+    throw bad_input("{}: checkpoint lacks tensor '{}'", path_, name);
+  }
+  if (src->sizes() != t.sizes()) {
+    throw bad_input("{}: tensor '{}' has shape [{}], the model needs [{}]", path_, name, fmt::join(src->sizes(), ", "),
+                    fmt::join(t.sizes(), ", "));
+  }
+  at::NoGradGuard no_grad;
+  t.copy_(*src);
+}
+
+void CheckpointIO::module(const std::string& prefix, torch::nn::Module& module) {
+  for (const auto& item : {module.named_parameters(true), module.named_buffers(true)}) {
+    for (const auto& p : item) {
+      at::Tensor t = p.value();
+      tensor(prefix + p.key(), t);
+    }
+  }
+}
+
+void CheckpointIO::tensor_list(const std::string& prefix, const std::function<std::vector<NamedTensor>()>& get,
+                               const std::function<void(const std::vector<NamedTensor>&)>& set) {
+  if (!reading()) {
+    for (auto& t : get()) out_->tensors.push_back({prefix + t.name, t.tensor});
+    return;
+  }
+  std::vector<NamedTensor> list;
+  for (const auto& t : in_->tensors) {
+    if (t.name.rfind(prefix, 0) == 0) list.push_back({t.name.substr(prefix.size()), t.tensor});
+  }
+  set(list);
+}
+
+bool CheckpointIO::tensor_via(const std::string& name, const std::function<at::Tensor()>& get,
+                              const std::function<void(const at::Tensor&)>& set, bool required) {
+  if (!reading()) {
+    out_->tensors.push_back({name, get()});
+    return true;
+  }
+  const at::Tensor* src = in_->find(name);
+  if (src == nullptr) {
+    if (!required) return false;
+    throw bad_input("{}: checkpoint lacks tensor '{}'", path_, name);
+  }
+  set(*src);
+  return true;
+}
+
+void CheckpointIO::value(const std::string& key, int64_t& v) {
+  if (reading()) {
+    v = in_->meta_int(key, path_);
+  } else {
+    out_->meta[key] = std::to_string(v);
+  }
+}
+
+void CheckpointIO::value(const std::string& key, double& v) {
+  if (reading()) {
+    v = in_->meta_double(key, path_);
+  } else {
+    out_->meta[key] = fmt::format("{:.17g}", v);
+  }
+}
+
+void CheckpointIO::value(const std::string& key, std::string& v) {
+  if (!reading()) {
+    out_->meta[key] = v;
+    return;
+  }
+  auto it = in_->meta.find(key);
+  if (it == in_->meta.end()) throw bad_input("{}: checkpoint lacks metadata '{}'", path_, key);
+  v = it->second;
+}
+
+void CheckpointIO::note(const std::string& key, const std::string& v) {
+  if (!reading()) out_->meta[key] = v;
+}
+
+void CheckpointIO::state(RunState& st) {
+  value("step", st.step);
+  value("epoch", st.epoch);
+  value("batch_in_epoch", st.batch_in_epoch);
+  value("samples", st.samples);
+  value("interval_samples", st.interval_samples);
+  value("interval_seconds", st.interval_seconds);
+  value("step_seconds", st.step_seconds);
+  value("train_seconds", st.train_seconds);
+  value("data_wait_seconds", st.data_wait_seconds);
+  value("last_test_acc", st.last_test_acc);
+  value("last_test_loss", st.last_test_loss);
+  value("last_eval_step", st.last_eval_step);
+}
+
+}  // namespace crucible::train

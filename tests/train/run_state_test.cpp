@@ -1,0 +1,195 @@
+// The train layer's shared pieces: CheckpointIO lists a checkpoint once, so what is written is
+// what is read back (a field saved and forgotten on resume cannot happen); the registries name
+// the known entries in their errors; the optimizer registry gives each optimizer its own
+// momentum (tune no longer passes AdamW's beta1 to SGD).
+#include "crucible/train/run_state.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/batchnorm.h>
+
+#include "crucible/core/error.h"
+#include "crucible/nn/model.h"
+#include "crucible/train/loss.h"
+#include "crucible/train/optimizer.h"
+#include "crucible/train/trainer.h"
+#include "test_util.h"
+
+namespace crucible::train {
+namespace {
+
+using test::expect_bad_input;
+
+struct Everything {
+  torch::nn::Conv2d conv{torch::nn::Conv2dOptions(2, 3, 3)};
+  torch::nn::BatchNorm2d bn{3};
+  at::Tensor sum = at::zeros({}, at::kDouble);
+  at::Tensor extra = at::zeros({4});
+  RunState st;
+  int64_t counter = 0;
+  std::string text;
+
+  void fields(CheckpointIO& io) {
+    io.module("model.", *conv);
+    io.module("bn.", *bn);
+    io.tensor("metrics.sum", sum);
+    io.tensor("metrics.extra", extra, /*required=*/false);
+    io.state(st);
+    io.value("counter", counter);
+    io.value("text", text);
+    io.note("version", "v1");
+  }
+};
+
+void randomise(Everything& e, int seed) {
+  at::manual_seed(seed);
+  at::NoGradGuard no_grad;
+  for (auto& p : e.conv->parameters()) p.uniform_(-1, 1);
+  e.bn->running_mean.uniform_(-1, 1);
+  e.bn->num_batches_tracked.fill_(seed);
+  e.sum.fill_(1.0 / 3.0 + seed);
+  e.extra.uniform_();
+  e.st.step = 11 + seed;
+  e.st.epoch = 2;
+  e.st.batch_in_epoch = 5;
+  e.st.samples = 1234567;
+  e.st.step_seconds = 1.0 / 7.0;
+  e.st.train_seconds = 2.0 / 7.0;
+  e.st.data_wait_seconds = 3e-9;
+  e.st.interval_samples = 99;
+  e.st.interval_seconds = 0.1;
+  e.st.last_test_acc = 0.8765432109876543;
+  e.st.last_test_loss = 0.123;
+  e.st.last_eval_step = 10;
+  e.counter = 42 + seed;
+  e.text = "seed " + std::to_string(seed);
+}
+
+void expect_same(const CheckpointData& a, const CheckpointData& b) {
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    EXPECT_EQ(a.tensors[i].name, b.tensors[i].name);
+    EXPECT_TRUE(at::equal(a.tensors[i].tensor, b.tensors[i].tensor)) << a.tensors[i].name;
+  }
+  EXPECT_EQ(a.meta, b.meta);
+}
+
+// Written from one object, read into another (different values everywhere), written again:
+// the two checkpoints are identical, doubles to the last bit.
+TEST(RunState, CheckpointReadsBackEveryFieldItWrites) {
+  Everything a, b;
+  randomise(a, 1);
+  randomise(b, 2);
+  CheckpointData first;
+  {
+    CheckpointIO w = CheckpointIO::writer(first);
+    a.fields(w);
+  }
+  CheckpointIO r = CheckpointIO::reader(first, "ckpt-1.safetensors");
+  b.fields(r);
+  CheckpointData second;
+  CheckpointIO w2 = CheckpointIO::writer(second);
+  b.fields(w2);
+  expect_same(first, second);
+  EXPECT_EQ(b.st.last_test_acc, a.st.last_test_acc);
+  EXPECT_EQ(b.st.step_seconds, a.st.step_seconds);
+  EXPECT_EQ(b.text, "seed 1");
+  EXPECT_EQ(first.meta.at("version"), "v1");
+}
+
+// A tensor missing from the file or of another shape is named with the file; an optional one
+// from an older checkpoint is left as it is.
+TEST(RunState, MissingOrMisshapenTensorsAreNamed) {
+  Everything a;
+  randomise(a, 1);
+  CheckpointData data;
+  CheckpointIO w = CheckpointIO::writer(data);
+  a.fields(w);
+
+  CheckpointData no_extra = data;
+  no_extra.tensors.erase(std::remove_if(no_extra.tensors.begin(), no_extra.tensors.end(),
+                                        [](const NamedTensor& t) { return t.name == "metrics.extra"; }),
+                         no_extra.tensors.end());
+  Everything b;
+  randomise(b, 3);
+  const at::Tensor before = b.extra.clone();
+  CheckpointIO r = CheckpointIO::reader(no_extra, "old.safetensors");
+  b.fields(r);
+  EXPECT_TRUE(at::equal(b.extra, before));
+
+  CheckpointData no_sum = data;
+  no_sum.tensors.erase(std::remove_if(no_sum.tensors.begin(), no_sum.tensors.end(),
+                                      [](const NamedTensor& t) { return t.name == "metrics.sum"; }),
+                       no_sum.tensors.end());
+  expect_bad_input([&] {
+    CheckpointIO r2 = CheckpointIO::reader(no_sum, "cut.safetensors");
+    b.fields(r2);
+  }, {"cut.safetensors", "metrics.sum"});
+
+  CheckpointData wrong = data;
+  for (auto& t : wrong.tensors) {
+    if (t.name == "model.weight") t.tensor = at::zeros({3, 2, 5, 5});
+  }
+  expect_bad_input([&] {
+    CheckpointIO r3 = CheckpointIO::reader(wrong, "other.safetensors");
+    b.fields(r3);
+  }, {"other.safetensors", "model.weight", "[3, 2, 5, 5]", "[3, 2, 3, 3]"});
+}
+
+TEST(Registries, UnknownNamesListTheKnownOnes) {
+  const RegisteredNames names = registered_names();
+  EXPECT_NE(std::find(names.models.begin(), names.models.end(), "fmnist_cnn"), names.models.end());
+  EXPECT_EQ(names.losses.front(), "cross_entropy");
+  EXPECT_EQ(names.optimizers, (std::vector<std::string>{"adamw", "sgd"}));
+  nn::ModelOptions m;
+  m.name = "resnet9";
+  expect_bad_input([&] { nn::make_model(m, 1, 28, 28, 10); }, {"model.name", "resnet9", "fmnist_cnn"});
+  LossSection l;
+  l.name = "hinge";
+  expect_bad_input([&] { make_loss({l, 10, c10::Device(c10::kCPU)}); }, {"loss.name", "hinge", "cross_entropy"});
+  OptimOptions o;
+  o.name = "lamb";
+  expect_bad_input([&] { make_optimizer(o, {}); }, {"optim.name", "lamb", "adamw", "sgd"});
+}
+
+// Each optimizer's own momentum: AdamW's beta1, SGD's momentum (tune passed beta1 to both).
+TEST(Registries, EachOptimizerTakesItsOwnMomentum) {
+  OptimOptions o;
+  o.beta1 = 0.8;
+  o.momentum = 0.95;
+  o.name = "adamw";
+  EXPECT_EQ(optimizer_momentum(o), 0.8);
+  o.name = "sgd";
+  EXPECT_EQ(optimizer_momentum(o), 0.95);
+}
+
+// cross_entropy: label smoothing and class weights as torch.nn.functional.cross_entropy; the
+// per-sample loss (evaluation) has neither smoothing nor a mean; a weight list of the wrong
+// length is refused naming the key.
+TEST(Registries, CrossEntropyMatchesTorchsDefinition) {
+  at::manual_seed(0);
+  const at::Tensor logits = at::randn({6, 4});
+  const at::Tensor y = at::tensor({0, 1, 2, 3, 1, 1}, at::kLong);
+  LossSection opt;
+  opt.label_smoothing = 0.2;
+  opt.class_weights = {1, 2, 0.5, 1};
+  auto loss = make_loss({opt, 4, c10::Device(c10::kCPU)});
+  // By hand: smoothed targets q = (1 - s) onehot + s / C; weighted mean over samples of
+  // Σ_c w_c q_c (-log p_c), divided by Σ_i w_{y_i} (PyTorch's weighted mean).
+  const at::Tensor logp = at::log_softmax(logits, 1);
+  const at::Tensor w = at::tensor({1.0, 2.0, 0.5, 1.0}).to(at::kFloat);
+  const at::Tensor onehot = at::one_hot(y, 4).to(at::kFloat);
+  const at::Tensor nll = -(logp * onehot).sum(1) * w.index_select(0, y);
+  const at::Tensor smooth = -(logp * w).sum(1) / 4.0;
+  const double expect = ((0.8 * nll.sum() + 0.2 * smooth.sum()) / w.index_select(0, y).sum()).item<double>();
+  EXPECT_NEAR(loss->mean(logits, y).item<double>(), expect, 1e-6);
+  const at::Tensor per = loss->per_sample(logits, y);
+  ASSERT_EQ(per.sizes(), (std::vector<int64_t>{6}));
+  EXPECT_TRUE(at::allclose(per, nll, 1e-6, 1e-6));
+  opt.class_weights = {1, 2};
+  expect_bad_input([&] { make_loss({opt, 4, c10::Device(c10::kCPU)}); }, {"loss.class_weights", "2 weights", "4 classes"});
+}
+
+}  // namespace
+}  // namespace crucible::train
