@@ -17,6 +17,7 @@
 
 #include "crucible/core/error.h"
 #include "crucible/nn/batch_norm.h"
+#include "crucible/nn/resnet.h"
 
 namespace crucible::nn {
 namespace {
@@ -121,6 +122,10 @@ const Registry<ModelFactory>& model_registry() {
   static const Registry<ModelFactory> registry = [] {
     Registry<ModelFactory> r("model");
     r.add("fmnist_cnn", "the default job's CNN: 4 conv3x3-BN-ReLU, 2 max-pools, 2 linear layers", make_fmnist_cnn);
+    for (int depth : {18, 34, 50}) {
+      r.add(fmt::format("resnet{}", depth), fmt::format("torchvision's ResNet-{} (same names and init)", depth),
+            [depth](const ModelBuild& b) { return make_resnet(depth, b.in_channels, b.num_classes); });
+    }
     return r;
   }();
   return registry;

@@ -1,0 +1,208 @@
+// Model zoo: torchvision's ResNet-18/34/50 (torchvision/models/resnet.py, v0.14) layer for
+// layer: same module tree, names, registration order, forward and initialisation, with the
+// generator drawn from in the same sequence (every module's default init while building, fc
+// last; then kaiming_normal_ over the convs in registration order), so one seed gives the same
+// weights in Python and here.
+#include "crucible/nn/resnet.h"
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/pooling.h>
+#include <torch/nn/init.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+
+#include <array>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "crucible/core/error.h"
+#include "crucible/nn/batch_norm.h"
+
+namespace crucible::nn {
+namespace {
+
+namespace tnn = torch::nn;
+namespace F = torch::nn::functional;
+
+at::Tensor relu_(const at::Tensor& x) {
+  return F::relu(x, F::ReLUFuncOptions().inplace(true));
+}
+
+tnn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
+  return tnn::Conv2d(tnn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+}
+
+tnn::Conv2d conv1x1(int64_t in, int64_t out, int64_t stride) {
+  return tnn::Conv2d(tnn::Conv2dOptions(in, out, 1).stride(stride).bias(false));
+}
+
+// Two 3×3 convs; the stride (when downsampling) on conv1. Children: conv1, bn1, conv2, bn2,
+// downsample (if any).
+struct BasicBlockImpl : tnn::Module {
+  static constexpr int64_t kExpansion = 1;
+
+  // `downsample` is built by the caller first (torchvision's generator order); null: none.
+  BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, tnn::Sequential downsample_)
+      : conv1(register_module("conv1", conv3x3(inplanes, planes, stride))),
+        bn1(register_module("bn1", BatchNorm2d(planes))),
+        conv2(register_module("conv2", conv3x3(planes, planes, 1))),
+        bn2(register_module("bn2", BatchNorm2d(planes))),
+        downsample(std::move(downsample_)) {
+    if (!downsample.is_empty()) register_module("downsample", downsample);
+  }
+
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor out = relu_(bn1(conv1(x)));
+    out = bn2(conv2(out));
+    out += downsample.is_empty() ? x : downsample->forward(x);
+    return relu_(out);
+  }
+
+  tnn::Conv2d conv1;
+  BatchNorm2d bn1;
+  tnn::Conv2d conv2;
+  BatchNorm2d bn2;
+  tnn::Sequential downsample;
+};
+TORCH_MODULE(BasicBlock);
+
+// 1×1 reduce, 3×3, 1×1 expand (×4). ResNet v1.5: the stride is on the 3×3 conv2, not on conv1
+// as in the paper. Children: conv1, bn1, conv2, bn2, conv3, bn3, downsample (if any).
+struct BottleneckImpl : tnn::Module {
+  static constexpr int64_t kExpansion = 4;
+
+  BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride, tnn::Sequential downsample_)
+      : conv1(register_module("conv1", conv1x1(inplanes, planes, 1))),
+        bn1(register_module("bn1", BatchNorm2d(planes))),
+        conv2(register_module("conv2", conv3x3(planes, planes, stride))),
+        bn2(register_module("bn2", BatchNorm2d(planes))),
+        conv3(register_module("conv3", conv1x1(planes, planes * kExpansion, 1))),
+        bn3(register_module("bn3", BatchNorm2d(planes * kExpansion))),
+        downsample(std::move(downsample_)) {
+    if (!downsample.is_empty()) register_module("downsample", downsample);
+  }
+
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor out = relu_(bn1(conv1(x)));
+    out = relu_(bn2(conv2(out)));
+    out = bn3(conv3(out));
+    out += downsample.is_empty() ? x : downsample->forward(x);
+    return relu_(out);
+  }
+
+  tnn::Conv2d conv1;
+  BatchNorm2d bn1;
+  tnn::Conv2d conv2;
+  BatchNorm2d bn2;
+  tnn::Conv2d conv3;
+  BatchNorm2d bn3;
+  tnn::Sequential downsample;
+};
+TORCH_MODULE(Bottleneck);
+
+// conv7×7/2-BN-ReLU, maxpool 3×3/2, four stages (64, 128, 256, 512 planes; stride 1, 2, 2, 2),
+// global average pool, fc. Children: conv1, bn1, layer1…layer4, fc.
+struct ResNetImpl : tnn::Module {
+  template <typename Block>
+  ResNetImpl(Block /*tag*/, const std::array<int, 4>& blocks, int64_t in_channels, int64_t num_classes) {
+    // Built in torchvision's order (a stage's downsample before its first block). What the seed
+    // gives depends on fc coming last: the convs' default draws are all overwritten below.
+    conv1 =
+        register_module("conv1", tnn::Conv2d(tnn::Conv2dOptions(in_channels, 64, 7).stride(2).padding(3).bias(false)));
+    bn1 = register_module("bn1", BatchNorm2d(64));
+    int64_t inplanes = 64;
+    const std::array<int64_t, 4> planes = {64, 128, 256, 512};
+    for (size_t i = 0; i < 4; ++i) {
+      const int64_t stride = i == 0 ? 1 : 2;
+      const int64_t out = planes[i] * Block::ContainedType::kExpansion;
+      tnn::Sequential layer;
+      tnn::Sequential downsample{nullptr};
+      if (stride != 1 || inplanes != out) {
+        downsample = tnn::Sequential(conv1x1(inplanes, out, stride), BatchNorm2d(out));
+      }
+      layer->push_back(Block(inplanes, planes[i], stride, downsample));
+      inplanes = out;
+      for (int b = 1; b < blocks[i]; ++b) layer->push_back(Block(inplanes, planes[i], 1, tnn::Sequential(nullptr)));
+      layers[i] = register_module(fmt::format("layer{}", i + 1), layer);
+    }
+    fc = register_module("fc", tnn::Linear(512 * Block::ContainedType::kExpansion, num_classes));
+
+    // torchvision's re-initialisation, in modules() order (pre-order, registration order).
+    for (const auto& m : modules(/*include_self=*/false)) {
+      if (auto* conv = m->as<tnn::Conv2d>()) {
+        tnn::init::kaiming_normal_(conv->weight, 0, torch::kFanOut, torch::kReLU);
+      } else if (auto* bn = m->as<BatchNorm2d>()) {
+        tnn::init::ones_(bn->weight);
+        tnn::init::zeros_(bn->bias);
+      }
+    }
+  }
+
+  at::Tensor forward(const at::Tensor& input) {
+    at::Tensor x = relu_(bn1(conv1(input)));
+    x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
+    for (auto& layer : layers) x = layer->forward(x);
+    x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1));
+    return fc(x.flatten(1));
+  }
+
+  tnn::Conv2d conv1{nullptr};
+  BatchNorm2d bn1{nullptr};
+  std::array<tnn::Sequential, 4> layers{tnn::Sequential(nullptr), tnn::Sequential(nullptr), tnn::Sequential(nullptr),
+                                        tnn::Sequential(nullptr)};
+  tnn::Linear fc{nullptr};
+};
+
+class ResNet final : public Model {
+ public:
+  ResNet(int depth, std::shared_ptr<ResNetImpl> impl, int64_t in_channels)
+      : impl_(std::move(impl)), spec_{in_channels, 224, 224, std::nullopt, {}, {}}, depth_(depth) {
+    for (const auto& p : impl_->parameters()) parameters_ += p.numel();
+  }
+
+  at::Tensor forward(const at::Tensor& x) override { return impl_->forward(x); }
+  torch::nn::Module& module() override { return *impl_; }
+  InputSpec input_spec() const override { return spec_; }
+  std::string describe() const override {
+    return fmt::format("resnet{} (torchvision layout, {:.1f}M parameters)", depth_,
+                       static_cast<double>(parameters_) / 1e6);
+  }
+
+ private:
+  std::shared_ptr<ResNetImpl> impl_;
+  InputSpec spec_;
+  int depth_;
+  int64_t parameters_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_resnet(int depth, int64_t in_channels, int64_t num_classes) {
+  if (in_channels < 1 || num_classes < 1) {
+    throw bad_input("resnet{}: in_channels and num_classes must be at least 1, got {} and {}", depth, in_channels,
+                    num_classes);
+  }
+  std::shared_ptr<ResNetImpl> impl;
+  switch (depth) {
+    case 18:
+      impl =
+          std::make_shared<ResNetImpl>(BasicBlock(nullptr), std::array<int, 4>{2, 2, 2, 2}, in_channels, num_classes);
+      break;
+    case 34:
+      impl =
+          std::make_shared<ResNetImpl>(BasicBlock(nullptr), std::array<int, 4>{3, 4, 6, 3}, in_channels, num_classes);
+      break;
+    case 50:
+      impl =
+          std::make_shared<ResNetImpl>(Bottleneck(nullptr), std::array<int, 4>{3, 4, 6, 3}, in_channels, num_classes);
+      break;
+    default:
+      throw bad_input("resnet: unknown depth {} (known: 18, 34, 50)", depth);
+  }
+  return std::make_unique<ResNet>(depth, std::move(impl), in_channels);
+}
+
+}  // namespace crucible::nn
