@@ -14,6 +14,7 @@ namespace crucible::data {
 
 DeviceInput::DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10::Device device, bool channels_last)
     : spec_(spec), norm_(std::move(normalize)), device_(device), channels_last_(channels_last) {
+  if (spec_.type == SampleType::kFeatures) return;  // used as they are: mean/std do not apply
   const size_t c = static_cast<size_t>(spec_.channels);
   if (norm_.mean.size() != norm_.std.size()) {
     throw bad_input("data.mean has {} values but data.std has {}", norm_.mean.size(), norm_.std.size());
@@ -59,6 +60,14 @@ DeviceInput::DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10:
 }
 
 at::Tensor DeviceInput::images(const Batch& batch) const {
+  const auto format = channels_last_ ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  if (spec_.type == SampleType::kFeatures) {
+    // [B, C, H, W] float32 as stored, bit for bit. The tensor must own its values (the batch
+    // buffer is recycled): a clone on the CPU, the copy to the device elsewhere.
+    const at::Tensor host =
+        at::from_blob(batch.pixels.data(), {batch.size(), spec_.channels, spec_.height, spec_.width}, at::kFloat);
+    return device_.is_cpu() ? host.clone(format) : host.to(device_, /*non_blocking=*/true).contiguous(format);
+  }
   // The batch outlives this call; from_blob does not copy, the conversion below does.
   at::Tensor x;
   if (batch.channels_first) {
@@ -69,7 +78,7 @@ at::Tensor DeviceInput::images(const Batch& batch) const {
             .to(device_, /*non_blocking=*/true)
             .permute({0, 3, 1, 2});
   }
-  x = x.to(at::kFloat).contiguous(channels_last_ ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+  x = x.to(at::kFloat).contiguous(format);
   return x.mul_(scale_).add_(shift_);
 }
 
@@ -99,6 +108,10 @@ InputConvention DeviceInput::delivers() const {
   InputConvention c;
   c.channels = spec_.channels;
   c.order = spec_.order;
+  if (spec_.type == SampleType::kFeatures) {
+    c.as_given = true;
+    return c;
+  }
   const double unit = norm_.range == ValueRange::kByte ? 1.0 / 255.0 : 1.0;
   for (int64_t i = 0; i < spec_.channels; ++i) {
     const size_t k = norm_.mean.size() == 1 ? 0 : static_cast<size_t>(i);
@@ -109,11 +122,19 @@ InputConvention DeviceInput::delivers() const {
 }
 
 std::string InputConvention::describe() const {
+  if (as_given) {
+    return fmt::format("{} channel{} ({}), float features used as they are (no normalisation)", channels,
+                       channels == 1 ? "" : "s", color_order_name(order));
+  }
   return fmt::format("{} channel{} ({}), normalised with mean [{}] std [{}] (0–1 units)", channels,
                      channels == 1 ? "" : "s", color_order_name(order), fmt::join(mean, ", "), fmt::join(std, ", "));
 }
 
 std::string DeviceInput::describe() const {
+  if (spec_.type == SampleType::kFeatures) {
+    return fmt::format("{} (data.mean/data.std not applied), {}", spec_.to_string(),
+                       channels_last_ ? "channels_last" : "contiguous");
+  }
   return fmt::format("uint8 {} → float (x/{} - [{}]) / [{}] ({} units), {}", spec_.to_string(),
                      norm_.range == ValueRange::kUnit ? "255" : "1", fmt::join(norm_.mean, ", "), fmt::join(norm_.std, ", "),
                      value_range_name(norm_.range), channels_last_ ? "channels_last" : "contiguous");

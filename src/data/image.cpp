@@ -44,6 +44,10 @@ ColorOrder parse_color_order(const std::string& text, const std::string& key) {
 }
 
 std::string ImageSpec::to_string() const {
+  if (type == SampleType::kFeatures) {
+    return fmt::format("{}x{}x{} (channels x height x width) float32 features, used as they are", channels, height,
+                       width);
+  }
   return fmt::format("{}x{}x{} {} uint8 {}", height, width, channels, color_order_name(order), value_range_name(range));
 }
 

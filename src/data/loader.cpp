@@ -203,19 +203,21 @@ Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& or
   b.epoch = epoch;
   b.index = index;
   b.spec = spec;
-  b.channels_first = options_.channels_first;
+  // Float features come [channels, height, width] already: they go to their slot as they are.
+  const bool transpose = options_.channels_first && spec.type == SampleType::kPixels;
+  b.channels_first = options_.channels_first || spec.type == SampleType::kFeatures;
   b.pixels = options_.allocate(static_cast<size_t>(end - begin) * sample_bytes);
   const size_t plane = static_cast<size_t>(spec.height * spec.width);
-  std::vector<uint8_t> hwc(options_.channels_first ? sample_bytes : 0);
+  std::vector<uint8_t> hwc(transpose ? sample_bytes : 0);
   b.sample_ids.reserve(static_cast<size_t>(end - begin));
   b.labels.reserve(static_cast<size_t>(end - begin));
   for (int64_t k = begin; k < end; ++k) {
     const int64_t id = order[static_cast<size_t>(k)];
     uint8_t* dst = b.pixels.data() + b.labels.size() * sample_bytes;  // compacted past skipped samples
     try {
-      b.labels.push_back(pipeline_->produce(id, epoch, options_.channels_first ? hwc.data() : dst));
+      b.labels.push_back(pipeline_->produce(id, epoch, transpose ? hwc.data() : dst));
       b.sample_ids.push_back(id);
-      if (options_.channels_first) {  // HWC → CHW into the slot
+      if (transpose) {  // HWC → CHW into the slot
         const size_t c = static_cast<size_t>(spec.channels);
         for (size_t p = 0; p < plane; ++p) {
           for (size_t k = 0; k < c; ++k) dst[k * plane + p] = hwc[p * c + k];
@@ -237,6 +239,7 @@ Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& or
 Batch sample_batch(const SamplePipeline& pipeline, int64_t n) {
   Batch b;
   b.spec = pipeline.output_spec();
+  b.channels_first = b.spec.type == SampleType::kFeatures;  // features are [channels, height, width]
   const int64_t bytes = b.spec.bytes();
   b.pixels = PixelBuffer::heap(static_cast<size_t>(n * bytes));
   for (int64_t i = 0; i < n; ++i) {

@@ -12,11 +12,16 @@
 namespace crucible::data {
 
 ArrayPipeline::ArrayPipeline(std::shared_ptr<const Source> source, float hflip, uint64_t augment_seed)
-    : source_(std::move(source)), hflip_(hflip), seed_(augment_seed) {}
+    : source_(std::move(source)), hflip_(hflip), seed_(augment_seed) {
+  // Float features are used as they are; a flip would also treat their bytes as pixels.
+  if (hflip_ > 0.0f && source_->spec().type != SampleType::kPixels) {
+    throw std::logic_error("ArrayPipeline: a flip of float features");
+  }
+}
 
 int64_t ArrayPipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const {
   const ImageSpec spec = source_->spec();
-  std::memcpy(dst, source_->pixels(index), static_cast<size_t>(spec.bytes()));
+  source_->copy_sample(index, dst);
   if (hflip_ > 0.0f) {
     SampleRng rng(seed_, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
     if (rng.bernoulli(hflip_)) hflip_image(dst, static_cast<int>(spec.width), static_cast<int>(spec.height),

@@ -3,7 +3,11 @@
 
 #include <filesystem>
 
+#include <fmt/ranges.h>
+
 #include "crucible/core/error.h"
+#include "crucible/core/log.h"
+#include "crucible/data/array_source.h"
 #include "crucible/data/sample_source.h"
 #include "crucible/data/source.h"
 
@@ -53,6 +57,45 @@ bool find_idx(const std::string& dir, const std::string& split, std::string* ima
   return false;
 }
 
+// data.dataset = "arrays": the IDX keys name array files; the features stay memory-mapped (D13).
+DataSetup make_array_data(const JobConfig& job, uint64_t augment_seed) {
+  const auto& c = job.data;
+  std::shared_ptr<const data::ArraySource> train =
+      data::load_array_source(c.train_images, c.train_labels, c.train_samples, "data.train_samples");
+  std::shared_ptr<const data::ArraySource> test =
+      data::load_array_source(c.test_images, c.test_labels, c.test_samples, "data.test_samples");
+  const std::vector<int64_t> a(train->stored_shape().begin() + 1, train->stored_shape().end());
+  const std::vector<int64_t> b(test->stored_shape().begin() + 1, test->stored_shape().end());
+  if (a != b || train->stored_dtype() != test->stored_dtype()) {
+    throw bad_input("data.train_images = {} holds {} samples of shape [{}] but data.test_images = {} holds {} samples "
+                    "of shape [{}]: training and test samples must have the same dtype and shape",
+                    train->features_where(), io::dtype_name(train->stored_dtype()), fmt::join(a, ", "),
+                    test->features_where(), io::dtype_name(test->stored_dtype()), fmt::join(b, ", "));
+  }
+  const data::ImageSpec spec = train->spec();
+  // D4: say what the values are and how they reach the model.
+  const data::ArraySource::ValueReport report = train->value_report(1000);
+  log_info("data (D4): {}{}", report.info,
+           spec.type == data::SampleType::kPixels
+               ? fmt::format(" (data.mean = [{}], data.std = [{}], {} units)", fmt::join(c.mean, ", "),
+                             fmt::join(c.std, ", "), c.mean_std_range)
+               : "");
+  if (!report.warning.empty()) log_warn("data (D4): {}", report.warning);
+  for (const auto* s : {train.get(), test.get()}) {
+    if (!s->features_mapped()) log_warn("data (D13): {}: {}", s->features_where(), s->features_note());
+  }
+  float hflip = static_cast<float>(c.hflip);
+  if (spec.type == data::SampleType::kFeatures && hflip > 0.0f) {
+    log_info("data: data.hflip = {} does not apply to float features (used as they are)", c.hflip);
+    hflip = 0.0f;
+  }
+  DataSetup d;
+  d.num_classes = std::max(train->num_classes(), test->num_classes());
+  d.train = std::make_shared<data::ArrayPipeline>(train, hflip, augment_seed);
+  d.test = std::make_shared<data::ArrayPipeline>(test, 0.0f, 0);
+  return d;
+}
+
 }  // namespace
 
 DataSetup make_data(const JobConfig& job, uint64_t augment_seed) {
@@ -71,6 +114,7 @@ DataSetup make_data(const JobConfig& job, uint64_t augment_seed) {
     d.test = std::make_shared<data::ArrayPipeline>(test, 0.0f, 0);
     return d;
   }
+  if (job.data.dataset == "arrays") return make_array_data(job, augment_seed);
   if (job.data.train_path.empty() || job.data.test_path.empty()) {
     throw bad_input("data.dataset = \"images\" needs data.train_path and data.test_path");
   }

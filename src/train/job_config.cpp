@@ -22,8 +22,10 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   s.add("run", "dir", &j.run.dir, "folder holding the run folders");
   s.add("run", "seed", &j.run.seed, "the one seed every random stream derives from (T15)").non_negative();
 
-  s.add("data", "dataset", &j.data.dataset, "data set kind: IDX files, or encoded images (JPEG/PNG)")
-      .choices({"idx", "images"});
+  s.add("data", "dataset", &j.data.dataset,
+        "data set kind: IDX files; arrays (.npy/.npz/.safetensors in the train_/test_ images/labels keys, "
+        "\"file.npz:name\" picks one array); or encoded images (JPEG/PNG)")
+      .choices({"idx", "arrays", "images"});
   s.add("data", "train_images", &j.data.train_images, "training images (IDX, gzip or plain)");
   s.add("data", "train_labels", &j.data.train_labels, "training labels (IDX)");
   s.add("data", "test_images", &j.data.test_images, "test images (IDX), evaluated after every epoch");

@@ -239,7 +239,7 @@ void Trainer::Impl::build() {
   if (loader_threads == 0) {
     // D10: in-RAM arrays need little; decoded images get the count measured fastest.
     const int cores = std::max(1, available_cores() / std::max(1, world.local_size));
-    loader_threads = job.data.dataset == "idx" ? std::max(1, threads / 2)
+    loader_threads = job.data.dataset != "images" ? std::max(1, threads / 2)
                                                : data::choose_loader_threads(*ds.train, cores, &chosen);
   }
   data::LoaderOptions train_options = loader_options(job, job.train.batch_size, loader_threads);

@@ -1,8 +1,10 @@
 // Transfer + device-side conversion of a uint8 batch into the model's input (law 3, D4):
 // [batch, H, W, C] uint8 in 0–255 → [batch, C, H, W] float, (x/255 - mean) / std with
 // mean/std stated in their units ("unit" = 0–1 like torchvision, or "byte" = 0–255), in the
-// chosen memory format. Mismatched conventions are rejected when it is constructed.
-// Thread-safe after construction (const).
+// chosen memory format. Mismatched conventions are rejected when it is constructed. Float
+// features (SampleType::kFeatures, [batch, C, H, W] float32) go to the device as they are:
+// bit-equal, no normalisation (data.mean/data.std do not apply). Thread-safe after
+// construction (const).
 #pragma once
 
 #include <functional>
@@ -29,17 +31,19 @@ struct NormalizeOptions {
 struct InputConvention {
   int64_t channels = 0;
   ColorOrder order = ColorOrder::kGray;
-  std::vector<double> mean, std;
+  std::vector<double> mean, std;  // empty for float features (as_given)
+  bool as_given = false;          // float features: no normalisation at all
   std::string describe() const;  // "1 channel (gray), normalised with mean [0.286] std [0.353] (0–1 units)"
 };
 
 class DeviceInput {
  public:
   // Throws bad_input when mean/std do not fit the image (channel count) or look like the other
-  // unit (D4: a 0–255 mean with range "unit", or a 0–1 mean with range "byte").
+  // unit (D4: a 0–255 mean with range "unit", or a 0–1 mean with range "byte"); for float
+  // features `normalize` is not used (nor checked).
   DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10::Device device, bool channels_last);
 
-  at::Tensor images(const Batch& batch) const;  // [B, C, H, W] float32, normalised
+  at::Tensor images(const Batch& batch) const;  // [B, C, H, W] float32, normalised (features: as they are)
   // D9: an allocator for the loader that puts batches in pinned host memory when the device is
   // a GPU (null on CPU: the heap is right there). The batch must outlive the copy.
   static std::function<PixelBuffer(size_t)> batch_allocator(c10::Device device);

@@ -1,5 +1,6 @@
-// Conventions carried as data (law 3): an image states its channel order (D3) and the range
-// of its values (D4), so a transform or model that expects otherwise fails at start-up.
+// Conventions carried as data (law 3): an image states its channel order (D3), the range of
+// its values (D4) and whether it is uint8 pixels or float features the model takes as they are,
+// so a transform or model that expects otherwise fails at start-up.
 #pragma once
 
 #include <cstdint>
@@ -22,15 +23,26 @@ ValueRange parse_value_range(const std::string& text, const std::string& key);
 // Parses "RGB" / "BGR" or throws bad_input naming `key`.
 ColorOrder parse_color_order(const std::string& text, const std::string& key);
 
-// Shape and conventions of a fixed-size image sample: pixels are [height, width, channels] uint8.
+// What a sample's values are: uint8 pixels (normalised on the device with data.mean/data.std,
+// augmented as images), or float features (data.dataset = "arrays") that reach the model as
+// they are: no normalisation, no flip.
+enum class SampleType : uint8_t {
+  kPixels,    // [height, width, channels] uint8, 0-255
+  kFeatures,  // [channels, height, width] float32, range kNormalized (model-ready as stored)
+};
+
+// Shape and conventions of a fixed-size sample: uint8 pixels [height, width, channels], or
+// float32 features [channels, height, width] (type kFeatures).
 struct ImageSpec {
   int64_t height = 0;
   int64_t width = 0;
   int64_t channels = 0;
   ColorOrder order = ColorOrder::kGray;
   ValueRange range = ValueRange::kByte;
+  SampleType type = SampleType::kPixels;
 
-  int64_t bytes() const { return height * width * channels; }
+  int64_t element_bytes() const { return type == SampleType::kFeatures ? 4 : 1; }
+  int64_t bytes() const { return height * width * channels * element_bytes(); }
   std::string to_string() const;
 };
 

@@ -60,7 +60,8 @@ struct LoaderOptions {
   int threads = 1;          // worker threads (>= 1)
   int prefetch = 4;         // batches built ahead of the consumer (>= 1)
   BadSamplePolicy bad_samples = BadSamplePolicy::kFail;
-  bool channels_first = false;  // collate [batch, channels, height, width] instead of NHWC
+  bool channels_first = false;  // collate [batch, channels, height, width] instead of NHWC (pixels;
+                                // float features are always [batch, channels, height, width])
   // Allocates a batch's pixel memory (default: the heap). Called from worker threads.
   std::function<PixelBuffer(size_t bytes)> allocate;
 };
@@ -71,7 +72,8 @@ struct Batch {
   ImageSpec spec;                    // per-sample shape and conventions
   std::vector<int64_t> sample_ids;   // source indices, in batch order (skipped ones removed)
   bool channels_first = false;       // pixels are [size, channels, height, width]
-  PixelBuffer pixels;                // [size, height, width, channels] uint8 (or NCHW, above)
+  PixelBuffer pixels;                // [size, height, width, channels] uint8 (or NCHW, above);
+                                     // features: [size, channels, height, width] float32
   std::vector<int64_t> labels;       // [size]
   std::vector<std::string> skipped;  // "name: reason" of samples left out (skip policy)
   int64_t size() const { return static_cast<int64_t>(labels.size()); }

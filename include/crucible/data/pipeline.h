@@ -34,7 +34,8 @@ class SamplePipeline {
   virtual int files_needed(int threads) const { return 0; }
 };
 
-// Fixed-size images in RAM (Fashion-MNIST), with a random horizontal flip.
+// Fixed-size samples of a Source (IDX images in RAM, array files mapped), with a random
+// horizontal flip of uint8 images; float features are copied as they are (hflip must be 0).
 class ArrayPipeline final : public SamplePipeline {
  public:
   ArrayPipeline(std::shared_ptr<const Source> source, float hflip, uint64_t augment_seed);

@@ -1,9 +1,10 @@
-// Sources give random access to labelled samples by index. This slice has fixed-size uint8
-// images held in RAM (Fashion-MNIST from its IDX files). Thread-safe: all const methods may
-// be called concurrently.
+// Sources give random access to labelled samples by index: fixed-size uint8 images held in
+// RAM (Fashion-MNIST from its IDX files), or samples of an array file (array_source.h).
+// Thread-safe: all const methods may be called concurrently.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,8 +19,13 @@ class Source {
   virtual int64_t size() const = 0;
   virtual ImageSpec spec() const = 0;
   // [height, width, channels] uint8 pixels of sample i (0 <= i < size()); valid while the
-  // source lives.
+  // source lives. A source of another element type returns the sample as it stores it.
   virtual const uint8_t* pixels(int64_t i) const = 0;
+  // Writes sample i in spec()'s form (spec().bytes() bytes) to `dst`: its pixels, or its
+  // float32 features ([channels, height, width]) converted from the stored type.
+  virtual void copy_sample(int64_t i, uint8_t* dst) const {
+    std::memcpy(dst, pixels(i), static_cast<size_t>(spec().bytes()));
+  }
   virtual int64_t label(int64_t i) const = 0;
   virtual int64_t num_classes() const = 0;
   virtual std::string describe() const = 0;

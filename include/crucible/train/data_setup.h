@@ -1,6 +1,7 @@
-// Builds the data pipelines a job describes ([data] section): IDX files held in RAM, or encoded
-// images from any sample source. Shared by the Trainer and `crucible bench loader`, so the
-// benchmark measures exactly what training runs. Torch-free.
+// Builds the data pipelines a job describes ([data] section): IDX files held in RAM, array
+// files (.npy/.npz/.safetensors) read from their memory map, or encoded images from any sample
+// source. Shared by the Trainer and `crucible bench loader`, so the benchmark measures exactly
+// what training runs. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +20,13 @@ struct DataSetup {
   int64_t num_classes = 0;
 };
 
-// Reads job.data: "idx" loads the four IDX files; "images" opens train_path and test_path.
-// data.train_samples / data.test_samples (N > 0) keep the first N samples of IDX files and N
-// evenly spaced samples of an image source (every class in proportion); an N larger than the
-// data holds is bad_input naming the key and both numbers.
+// Reads job.data: "idx" loads the four IDX files; "arrays" opens the same four keys as array
+// files ("file.npz:name" picks one of several arrays), logs their dtype, shape and value range
+// and warns of float features that look un-normalised (D4); "images" opens train_path and
+// test_path. data.train_samples / data.test_samples (N > 0) keep the first N samples of IDX
+// and array files and N evenly spaced samples of an image source (every class in proportion);
+// an N larger than the data holds is bad_input naming the key and both numbers. Training and
+// test samples of another shape or type are bad_input naming both files.
 DataSetup make_data(const JobConfig& job, uint64_t augment_seed);
 
 // The training pipeline over `path` for `crucible bench loader`: a folder holding

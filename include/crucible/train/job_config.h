@@ -26,7 +26,9 @@ struct RunSection {
 };
 
 struct DataSection {
-  std::string dataset = "idx";  // "idx": IDX image + label files; "images": encoded images (train_path/test_path)
+  // "idx": IDX image + label files; "arrays": .npy/.npz/.safetensors features + labels in the
+  // same four keys; "images": encoded images (train_path/test_path)
+  std::string dataset = "idx";
   std::string train_images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
   std::string train_labels = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
   std::string test_images = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
