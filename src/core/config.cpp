@@ -26,6 +26,8 @@ const char* type_name(ConfigType t) {
       return "string";
     case ConfigType::kFloatList:
       return "list of numbers";
+    case ConfigType::kStringList:
+      return "list of strings";
   }
   return "?";
 }
@@ -76,12 +78,17 @@ std::string render(const ConfigValue& v) {
       for (size_t i = 0; i < l.size(); ++i) out += (i ? ", " : "") + toml_double(l[i]);
       return out + "]";
     }
+    std::string operator()(const std::vector<std::string>& l) const {
+      std::string out = "[";
+      for (size_t i = 0; i < l.size(); ++i) out += (i ? ", " : "") + toml_string(l[i]);
+      return out + "]";
+    }
   };
   return std::visit(Visitor{}, v);
 }
 
 std::string describe(const ConfigValue& v) {
-  static const char* kNames[] = {"boolean", "integer", "number", "string", "list"};
+  static const char* kNames[] = {"boolean", "integer", "number", "string", "list", "list"};
   return fmt::format("{} {}", kNames[v.index()], render(v));
 }
 
@@ -92,6 +99,15 @@ ConfigValue from_node(const toml::node& node, const std::string& where) {
   if (auto f = node.as_floating_point()) return f->get();
   if (auto s = node.as_string()) return s->get();
   if (auto a = node.as_array()) {
+    if (!a->empty() && (*a)[0].is_string()) {
+      std::vector<std::string> words;
+      for (const toml::node& e : *a) {
+        auto es = e.as_string();
+        if (!es) throw bad_input("{}: expected a list of strings, found a list that mixes strings and other values", where);
+        words.push_back(es->get());
+      }
+      return words;
+    }
     std::vector<double> out;
     for (const toml::node& e : *a) {
       if (auto ei = e.as_integer()) {
@@ -219,6 +235,11 @@ void ConfigKey::assign(const ConfigValue& value, const std::string& origin) {
       if (auto* i = std::get_if<int64_t>(&v)) v = std::vector<double>{static_cast<double>(*i)};
       if (!std::holds_alternative<std::vector<double>>(v)) throw wrong_type();
       break;
+    case ConfigType::kStringList:
+      if (auto* s = std::get_if<std::string>(&v)) v = std::vector<std::string>{*s};
+      if (auto* l = std::get_if<std::vector<double>>(&v); l != nullptr && l->empty()) v = std::vector<std::string>{};
+      if (!std::holds_alternative<std::vector<std::string>>(v)) throw wrong_type();
+      break;
   }
   auto in_range = [&](double x) {
     if (std::isnan(x)) return false;
@@ -284,6 +305,11 @@ ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key,
 ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key, std::string* field,
                              std::string help) {
   return bind(section, key, field, std::move(help), ConfigType::kString);
+}
+
+ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key, std::vector<std::string>* field,
+                             std::string help) {
+  return bind(section, key, field, std::move(help), ConfigType::kStringList);
 }
 
 ConfigKey& ConfigSchema::add(const std::string& section, const std::string& key, std::vector<double>* field,
@@ -383,6 +409,10 @@ void ConfigSchema::apply_override(const std::string& assignment) {
   }
   if (k->type() == ConfigType::kString && (!parsed || !std::holds_alternative<std::string>(value))) {
     value = text;  // bare words are strings: --set run.name=baseline
+    parsed = true;
+  }
+  if (k->type() == ConfigType::kStringList && !parsed) {
+    value = std::vector<std::string>{text};  // --set model.freeze=layer1.*
     parsed = true;
   }
   if (!parsed) {

@@ -65,6 +65,13 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   auto& model_name = s.add("model", "name", &j.model.name, "model architecture");
   if (!names.models.empty()) model_name.choices(names.models);
   s.add("model", "dropout", &j.model.dropout, "dropout probability before the last layer").min(0).max(1, true);
+  s.add("model", "init", &j.model.init,
+        "start from these weights: a torch.save state_dict (.pt) or .safetensors; \"module.\" prefixes are stripped "
+        "(X4), a classifier head of another class count is re-initialised (\"\" = the model's own init)");
+  s.add("model", "init_ignore", &j.model.init_ignore,
+        "model.init: names (glob patterns) allowed to be missing from the file or from the model");
+  s.add("model", "freeze", &j.model.freeze,
+        "parameters kept fixed (glob patterns over names, e.g. [\"conv1.*\", \"layer1.*\"]): not optimised, not synced");
 
   auto& optim_name = s.add("optim", "name", &j.optim.name, "optimizer");
   if (!names.optimizers.empty()) optim_name.choices(names.optimizers);

@@ -40,6 +40,7 @@
 #include "crucible/train/checkpoint.h"
 #include "crucible/train/data_setup.h"
 #include "crucible/train/evaluator.h"
+#include "crucible/train/fine_tune.h"
 #include "crucible/train/grad_scaler.h"
 #include "crucible/train/loss.h"
 #include "crucible/train/optimizer.h"
@@ -126,6 +127,7 @@ struct Trainer::Impl {
   std::vector<NamedTensor> params;  // what the optimizer updates, in the model's order
   PrecisionChoice choice;           // as configured, resumed, or timed ("auto")
   std::unique_ptr<FILE, int (*)(FILE*)> step_trace{nullptr, &std::fclose};  // test seam (M4)
+  bool from_checkpoint = false;               // weights come from a checkpoint (resume, eval): no model.init
   std::optional<Precision> stored_precision;  // the choice a resumed run made
   std::optional<nn::InputSpec> stored_input;  // the input a checkpoint's model was trained on
   std::string stored_input_source;
@@ -260,6 +262,16 @@ void Trainer::Impl::build() {
   compat::seed_cpu_generator(derive_seed(seed, RngStream::kInit));
   const int64_t classes = ds.num_classes;
   model = nn::make_model(job.model, spec.channels, spec.height, spec.width, classes);
+  if (!job.model.init.empty() && !from_checkpoint) {
+    // Fine-tuning: the file's weights by name; a head of another class count keeps its fresh init.
+    const InitReport r = load_initial_weights(model->module(), job.model, classes);
+    for (const auto& n : r.notes) log_info("model.init: {} (X4)", n);
+    log_info("model.init: {} tensors from {}{}", r.loaded, job.model.init,
+             r.ignored.empty() ? "" : fmt::format("; not loaded (model.init_ignore): {}", fmt::join(r.ignored, ", ")));
+    for (const auto& h : r.reinitialised) {
+      log_info("model.init: classifier head {} re-initialised for the data's {} classes", h, classes);
+    }
+  }
   model->module().to(device);
   model->module().train();
   compat::seed_cpu_generator(derive_seed(seed, RngStream::kDropout));
@@ -339,7 +351,12 @@ void Trainer::Impl::build() {
   }
 
   // Optimizer and schedule. T4: no weight decay on biases and normalisation weights (1-D).
-  for (const auto& p : model->module().named_parameters(true)) params.push_back({p.key(), p.value()});
+  std::vector<std::string> frozen;
+  params = trainable_parameters(model->module(), job.model.freeze, &frozen);
+  if (!frozen.empty()) {
+    log_info("model.freeze: {} parameter tensor(s) kept fixed, not optimised nor synced: {}", frozen.size(),
+             fmt::join(frozen, ", "));
+  }
   std::vector<ParamGroup> groups = parameter_groups(job.optim, params);
   log_info("parameter groups (T4): {} tensors with weight decay {}, {} biases/norm weights with {}",
            groups[0].params.size(), groups[0].weight_decay, groups[1].params.size(), groups[1].weight_decay);
@@ -665,6 +682,7 @@ TrainSummary Trainer::Impl::evaluate_checkpoint(std::string path) {
   if (comm) path = comm->broadcast_string("eval", path, 0);
   const CheckpointData ckpt = read_checkpoint(path);
   take_stored_choices(ckpt, path);
+  from_checkpoint = true;
   build();
   CheckpointIO::reader(ckpt, path).module("model.", model->module());
   st.step = ckpt.meta_int("step", path);
@@ -701,6 +719,7 @@ TrainSummary Trainer::Impl::run() {
     }
   }
   if (ckpt) take_stored_choices(*ckpt, ckpt_path);
+  from_checkpoint = ckpt.has_value();
   build();
   const std::string metrics_path = dir->metrics_path();
   if (ckpt) {

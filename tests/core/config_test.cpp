@@ -185,5 +185,25 @@ TEST(Config, PrecisionParsesWhatItPrints) {
   expect_bad_input([] { Precision::from_fields("fp8", "contiguous", "ckpt.safetensors"); }, {"ckpt.safetensors", "fp8"});
 }
 
+
+// String lists (model.freeze, model.init_ignore): TOML arrays of strings, a bare word from
+// --set as a one-element list, [] as empty; rendered back as TOML that reads the same.
+TEST(Config, StringListsParseRenderAndRefuseMixedLists) {
+  std::vector<std::string> names = {"a*"};
+  ConfigSchema schema;
+  schema.add("m", "freeze", &names, "patterns");
+  schema.apply_override("m.freeze=[\"conv1.*\", \"layer1.*\"]");
+  EXPECT_EQ(names, (std::vector<std::string>{"conv1.*", "layer1.*"}));
+  EXPECT_NE(schema.to_toml().find("freeze = [\"conv1.*\", \"layer1.*\"]"), std::string::npos) << schema.to_toml();
+  schema.apply_override("m.freeze=fc.*");
+  EXPECT_EQ(names, (std::vector<std::string>{"fc.*"}));
+  schema.apply_override("m.freeze=[]");
+  EXPECT_TRUE(names.empty());
+  schema.load_string("[m]\nfreeze = [\"x\"]\n", "f.toml");
+  EXPECT_EQ(names, (std::vector<std::string>{"x"}));
+  expect_bad_input([&] { schema.load_string("[m]\nfreeze = [\"x\", 2]\n", "g.toml"); }, {"g.toml", "list of strings"});
+  expect_bad_input([&] { schema.load_string("[m]\nfreeze = [1, 2]\n", "h.toml"); }, {"h.toml", "m.freeze", "list of strings"});
+}
+
 }  // namespace
 }  // namespace crucible

@@ -18,9 +18,9 @@ namespace crucible {
 class Error;
 
 // A value as read from TOML or the command line, before it is checked against a key.
-using ConfigValue = std::variant<bool, int64_t, double, std::string, std::vector<double>>;
+using ConfigValue = std::variant<bool, int64_t, double, std::string, std::vector<double>, std::vector<std::string>>;
 
-enum class ConfigType { kBool, kInt, kFloat, kString, kFloatList };
+enum class ConfigType { kBool, kInt, kFloat, kString, kFloatList, kStringList };
 
 // One `section.key` bound to a field. Constraints are added fluently after ConfigSchema::add.
 class ConfigKey {
@@ -76,6 +76,9 @@ class ConfigSchema {
   ConfigKey& add(const std::string& section, const std::string& key, double* field, std::string help);
   ConfigKey& add(const std::string& section, const std::string& key, std::string* field, std::string help);
   ConfigKey& add(const std::string& section, const std::string& key, std::vector<double>* field,
+                 std::string help);
+  // A list of strings; `--set k=word` (bare text) is a list of that one word.
+  ConfigKey& add(const std::string& section, const std::string& key, std::vector<std::string>* field,
                  std::string help);
   // A string key held as an enum from parsing onwards: `names` lists every allowed spelling
   // with its value, in the order --help shows them (they become the key's choices).

@@ -3,12 +3,20 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace crucible::nn {
 
 struct ModelOptions {
   std::string name = "fmnist_cnn";
   double dropout = 0.25;
+  // Fine-tuning: weights to start from (a torch.save state_dict .pt or a .safetensors file);
+  // "" = the model's own initialisation.
+  std::string init;
+  // Names in the model or the file that may be missing from the other (glob patterns).
+  std::vector<std::string> init_ignore;
+  // Parameters kept fixed (glob patterns over parameter names): not optimised, not synced.
+  std::vector<std::string> freeze;
 };
 
 }  // namespace crucible::nn
