@@ -142,7 +142,7 @@ int run_bench_loader(const BenchLoaderArgs& a) {
   log_info("data: {} samples; {}", pipeline->size(), pipeline->describe());
   log_info("loader: {}, batch {}, prefetch {}, bad samples: {}",
            chosen.empty() ? fmt::format("{} thread(s)", threads) : chosen, a.batch_size, job.data.prefetch,
-           job.data.bad_samples);
+           data::bad_sample_policy_name(job.data.bad_samples));
 
   const data::Sampler sampler(pipeline->size(), /*shuffle=*/!a.eval,
                               derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kSampler));

@@ -84,10 +84,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
 }  // namespace
 
-BadSamplePolicy parse_bad_sample_policy(const std::string& text) {
-  if (text == "fail") return BadSamplePolicy::kFail;
-  if (text == "skip") return BadSamplePolicy::kSkip;
-  throw bad_input("data.bad_samples: expected \"skip\" or \"fail\", found \"{}\"", text);
+const char* bad_sample_policy_name(BadSamplePolicy policy) {
+  return policy == BadSamplePolicy::kSkip ? "skip" : "fail";
 }
 
 Loader::Loader(std::shared_ptr<const SamplePipeline> pipeline, Sampler sampler, LoaderOptions options)

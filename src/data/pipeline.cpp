@@ -42,19 +42,22 @@ struct ImagePipeline::Cached {
   std::string name;
 };
 
+const char* cache_mode_name(CacheMode mode) {
+  switch (mode) {
+    case CacheMode::kEncoded:
+      return "encoded";
+    case CacheMode::kDecoded:
+      return "decoded";
+    case CacheMode::kNone:
+      break;
+  }
+  return "none";
+}
+
 ImagePipeline::ImagePipeline(std::shared_ptr<const SampleSource> source, ImagePipelineOptions options)
     : source_(std::move(source)), opt_(std::move(options)) {
   if (opt_.crop < 1) throw bad_input("data.crop must be >= 1, found {}", opt_.crop);
-  if (opt_.cache == "none") {
-    cache_kind_ = 0;
-  } else if (opt_.cache == "encoded") {
-    cache_kind_ = 1;
-  } else if (opt_.cache == "decoded") {
-    cache_kind_ = 2;
-  } else {
-    throw bad_input("data.cache: expected \"none\", \"encoded\" or \"decoded\", found \"{}\"", opt_.cache);
-  }
-  if (cache_kind_ != 0) cache_.resize(static_cast<size_t>(source_->size()));
+  if (opt_.cache != CacheMode::kNone) cache_.resize(static_cast<size_t>(source_->size()));
 }
 
 ImageSpec ImagePipeline::output_spec() const {
@@ -86,7 +89,7 @@ void ImagePipeline::store(int64_t index, std::shared_ptr<const Cached> entry, in
 
 int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const {
   const int crop = opt_.crop;
-  std::shared_ptr<const Cached> cached = cache_kind_ != 0 ? lookup(index) : nullptr;
+  std::shared_ptr<const Cached> cached = opt_.cache != CacheMode::kNone ? lookup(index) : nullptr;
   EncodedSample sample;
   if (!cached) sample = source_->get(index);
   const std::string& name = cached ? cached->name : sample.name;
@@ -94,7 +97,7 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const
   const uint8_t* data = cached ? cached->bytes.data() : sample.data;
   const size_t size = cached ? cached->bytes.size() : sample.size;
 
-  if (cache_kind_ == 1 && !cached) {
+  if (opt_.cache == CacheMode::kEncoded && !cached) {
     auto e = std::make_shared<Cached>();
     e->bytes.assign(sample.data, sample.data + sample.size);
     e->label = sample.label;
@@ -105,7 +108,7 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const
   SampleRng rng(opt_.augment_seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
   int width, height;
   std::shared_ptr<const Cached> decoded;
-  if (cache_kind_ == 2) {
+  if (opt_.cache == CacheMode::kDecoded) {
     decoded = cached;
     if (!decoded) {
       DecodeOptions full_options;
@@ -155,8 +158,8 @@ std::string ImagePipeline::describe() const {
                      opt_.train ? "RandomResizedCrop" : "resize + centre", opt_.crop, opt_.crop,
                      opt_.train ? fmt::format("scale {}–{}, flip p={}", opt_.rrc.scale_min, opt_.rrc.scale_max, opt_.hflip)
                                 : fmt::format("keeps {} of the short side", opt_.center_fraction),
-                     color_order_name(opt_.order), opt_.fast_decode ? "fast" : "accurate", opt_.cache,
-                     opt_.cache == "none" ? "" : fmt::format(" (budget {} MiB)", opt_.cache_bytes >> 20));
+                     color_order_name(opt_.order), opt_.fast_decode ? "fast" : "accurate",
+                     cache_mode_name(opt_.cache), opt_.cache == CacheMode::kNone ? "" : fmt::format(" (budget {} MiB)", opt_.cache_bytes >> 20));
 }
 
 }  // namespace crucible::data

@@ -100,7 +100,7 @@ DataSetup make_array_data(const JobConfig& job, uint64_t augment_seed) {
 
 DataSetup make_data(const JobConfig& job, uint64_t augment_seed) {
   DataSetup d;
-  if (job.data.dataset == "idx") {
+  if (job.data.dataset == DataSection::Dataset::kIdx) {
     std::shared_ptr<const data::Source> train = data::load_idx_source(job.data.train_images, job.data.train_labels,
                                                                       job.data.train_samples, "data.train_samples");
     std::shared_ptr<const data::Source> test =
@@ -114,7 +114,7 @@ DataSetup make_data(const JobConfig& job, uint64_t augment_seed) {
     d.test = std::make_shared<data::ArrayPipeline>(test, 0.0f, 0);
     return d;
   }
-  if (job.data.dataset == "arrays") return make_array_data(job, augment_seed);
+  if (job.data.dataset == DataSection::Dataset::kArrays) return make_array_data(job, augment_seed);
   if (job.data.train_path.empty() || job.data.test_path.empty()) {
     throw bad_input("data.dataset = \"images\" needs data.train_path and data.test_path");
   }
@@ -147,7 +147,7 @@ data::LoaderOptions loader_options(const JobConfig& job, int64_t batch_size, int
   o.batch_size = batch_size;
   o.threads = threads;
   o.prefetch = static_cast<int>(job.data.prefetch);
-  o.bad_samples = data::parse_bad_sample_policy(job.data.bad_samples);
+  o.bad_samples = job.data.bad_samples;
   return o;
 }
 

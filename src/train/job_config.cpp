@@ -22,10 +22,10 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   s.add("run", "dir", &j.run.dir, "folder holding the run folders");
   s.add("run", "seed", &j.run.seed, "the one seed every random stream derives from (T15)").non_negative();
 
-  s.add("data", "dataset", &j.data.dataset,
-        "data set kind: IDX files; arrays (.npy/.npz/.safetensors in the train_/test_ images/labels keys, "
-        "\"file.npz:name\" picks one array); or encoded images (JPEG/PNG)")
-      .choices({"idx", "arrays", "images"});
+  using DS = DataSection::Dataset;
+  s.add_enum("data", "dataset", &j.data.dataset, {{"idx", DS::kIdx}, {"arrays", DS::kArrays}, {"images", DS::kImages}},
+             "data set kind: IDX files; arrays (.npy/.npz/.safetensors in the train_/test_ images/labels keys, "
+             "\"file.npz:name\" picks one array); or encoded images (JPEG/PNG)");
   s.add("data", "train_images", &j.data.train_images, "training images (IDX, gzip or plain)");
   s.add("data", "train_labels", &j.data.train_labels, "training labels (IDX)");
   s.add("data", "test_images", &j.data.test_images, "test images (IDX), evaluated after every epoch");
@@ -34,15 +34,18 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
         "images: training samples (image folder, tar shards, LMDB folder or packed index)");
   s.add("data", "test_path", &j.data.test_path, "images: test samples");
   s.add("data", "crop", &j.data.crop, "images: output side (RandomResizedCrop when training)").min(1);
-  s.add("data", "cache", &j.data.cache, "images: RAM cache of encoded bytes or decoded pixels (D1)")
-      .choices({"none", "encoded", "decoded"});
+  using CM = data::CacheMode;
+  s.add_enum("data", "cache", &j.data.cache,
+             {{"none", CM::kNone}, {"encoded", CM::kEncoded}, {"decoded", CM::kDecoded}},
+             "images: RAM cache of encoded bytes or decoded pixels (D1)");
   s.add("data", "cache_mb", &j.data.cache_mb, "images: cache budget in MiB").non_negative();
   s.add("data", "jpeg_decode", &j.data.jpeg_decode,
         "images: JPEG decoding: fast integer IDCT + merged chroma upsampling, or libjpeg's accurate defaults")
       .choices({"fast", "accurate"});
   s.add("data", "color_order", &j.data.color_order, "channel order the pipeline delivers (D3)").choices({"RGB", "BGR"});
-  s.add("data", "bad_samples", &j.data.bad_samples, "a sample that fails to read or decode: stop, or skip and report (D5)")
-      .choices({"fail", "skip"});
+  s.add_enum("data", "bad_samples", &j.data.bad_samples,
+             {{"fail", data::BadSamplePolicy::kFail}, {"skip", data::BadSamplePolicy::kSkip}},
+             "a sample that fails to read or decode: stop, or skip and report (D5)");
   s.add("data", "train_samples", &j.data.train_samples,
         "use N training samples (0 = all): the first N of IDX files, N evenly spaced ones of images (every class in "
         "proportion); more than there are is an error")

@@ -241,7 +241,7 @@ void Trainer::Impl::build() {
   if (loader_threads == 0) {
     // D10: in-RAM arrays need little; decoded images get the count measured fastest.
     const int cores = std::max(1, available_cores() / std::max(1, world.local_size));
-    loader_threads = job.data.dataset != "images" ? std::max(1, threads / 2)
+    loader_threads = job.data.dataset != DataSection::Dataset::kImages ? std::max(1, threads / 2)
                                                : data::choose_loader_threads(*ds.train, cores, &chosen);
   }
   data::LoaderOptions train_options = loader_options(job, job.train.batch_size, loader_threads);
@@ -324,7 +324,7 @@ void Trainer::Impl::build() {
   model_input = expected.order ? expected : expected.trained_on(input->delivers());
   log_info("input: {}; loader: {}, prefetch {}, bad samples: {}", input->describe(),
            chosen.empty() ? fmt::format("{} thread(s)", loader_threads) : chosen, job.data.prefetch,
-           job.data.bad_samples);
+           data::bad_sample_policy_name(job.data.bad_samples));
   if (precision.mixed() && !compat::autocast_supported(device.type(), autocast_dtype(precision))) {
     throw bad_input("train.precision = \"{}\": libtorch {} has no {} autocast on {}; use \"bf16\" or \"fp32\"",
                     precision.dtype_name(), compat::torch_version(), precision.dtype_name(), device.str());

@@ -866,7 +866,7 @@ TEST(EvenSubsetSource, MakeDataHonoursTrainAndTestSamplesForImages) {
   make_raw_folder(d / "train", {30, 60, 90});
   make_raw_folder(d / "test", {10, 10, 10});
   train::JobConfig job;
-  job.data.dataset = "images";
+  job.data.dataset = train::DataSection::Dataset::kImages;
   job.data.train_path = d / "train";
   job.data.test_path = d / "test";
   job.data.crop = 4;
@@ -914,7 +914,7 @@ TEST(EvenSubsetSource, MakeDataHonoursTrainAndTestSamplesForImages) {
   for (size_t i = 0; i < idx_px.size(); ++i) idx_px[i] = static_cast<uint8_t>(i / 4);
   io::write_idx(d / "img", io::IdxArray{io::DType::kU8, {6, 2, 2}, idx_px}, false);
   io::write_idx(d / "lab", io::IdxArray{io::DType::kU8, {6}, {5, 4, 3, 2, 1, 0}}, false);
-  job.data.dataset = "idx";
+  job.data.dataset = train::DataSection::Dataset::kIdx;
   job.data.train_images = job.data.test_images = d / "img";
   job.data.train_labels = job.data.test_labels = d / "lab";
   job.data.hflip = 0;

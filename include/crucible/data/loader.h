@@ -52,7 +52,7 @@ class PixelBuffer {
 };
 
 enum class BadSamplePolicy { kFail, kSkip };
-BadSamplePolicy parse_bad_sample_policy(const std::string& text);
+const char* bad_sample_policy_name(BadSamplePolicy policy);  // "fail" | "skip"
 
 struct LoaderOptions {
   int64_t batch_size = 256;

@@ -50,16 +50,19 @@ class ArrayPipeline final : public SamplePipeline {
   uint64_t seed_;
 };
 
+// D1: what ImagePipeline keeps in RAM. kEncoded holds the file bytes (same pixels as kNone);
+// kDecoded holds full-resolution RGB (crops then resize from full resolution rather than
+// DCT-scale, so pixels differ slightly from kNone, and are the same for hits and misses).
+enum class CacheMode { kNone, kEncoded, kDecoded };
+const char* cache_mode_name(CacheMode mode);  // "none" | "encoded" | "decoded"
+
 struct ImagePipelineOptions {
   int crop = 224;             // output is crop × crop
   bool train = true;          // RandomResizedCrop + flip; false: resize + centre crop, no flip
   RandomResizedCropOptions rrc;
   double center_fraction = 0.875;  // evaluation: the centre crop keeps this fraction of the short side
   float hflip = 0.5;
-  // D1: "none" | "encoded" (the file bytes: same pixels as none) | "decoded" (full-resolution
-  // RGB: crops are then resized from full resolution rather than DCT-scaled, so pixels differ
-  // slightly from "none", and are the same for cache hits and misses).
-  std::string cache = "none";
+  CacheMode cache = CacheMode::kNone;  // D1
   int64_t cache_bytes = 0;     // budget of the cache; samples past it are not cached
   ColorOrder order = ColorOrder::kRGB;  // D3: BGR only when asked for
   bool fast_decode = true;  // DecodeOptions::fast for JPEG (data.jpeg_decode = "fast" | "accurate")
@@ -87,7 +90,6 @@ class ImagePipeline final : public SamplePipeline {
 
   std::shared_ptr<const SampleSource> source_;
   ImagePipelineOptions opt_;
-  int cache_kind_ = 0;  // 0 none, 1 encoded, 2 decoded
   mutable std::vector<std::shared_ptr<const Cached>> cache_;  // guarded by cache_mu_ stripes
   mutable std::mutex cache_mu_[64];
   mutable std::atomic<int64_t> cache_used_{0};

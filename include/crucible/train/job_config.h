@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "crucible/data/loader.h"
+#include "crucible/data/pipeline.h"
 #include "crucible/nn/model_options.h"
 #include "crucible/train/optim_options.h"
 #include "crucible/train/precision.h"
@@ -26,9 +28,10 @@ struct RunSection {
 };
 
 struct DataSection {
-  // "idx": IDX image + label files; "arrays": .npy/.npz/.safetensors features + labels in the
-  // same four keys; "images": encoded images (train_path/test_path)
-  std::string dataset = "idx";
+  // idx: IDX image + label files; arrays: .npy/.npz/.safetensors features + labels in the same
+  // four keys; images: encoded images (train_path/test_path)
+  enum class Dataset { kIdx, kArrays, kImages };
+  Dataset dataset = Dataset::kIdx;
   std::string train_images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
   std::string train_labels = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
   std::string test_images = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
@@ -36,11 +39,11 @@ struct DataSection {
   std::string train_path;     // "images": an image folder, tar shards, an LMDB folder or a packed index
   std::string test_path;
   int64_t crop = 224;         // "images": output size (RandomResizedCrop for training, centre crop for tests)
-  std::string cache = "none";  // "images": "none" | "encoded" | "decoded" (D1)
+  data::CacheMode cache = data::CacheMode::kNone;  // images: none | encoded | decoded (D1)
   int64_t cache_mb = 0;       // budget of that cache
   std::string jpeg_decode = "fast";  // "fast" (fast IDCT, merged upsampling) | "accurate"
   std::string color_order = "RGB";  // D3: channel order the pipeline delivers ("BGR" only when asked)
-  std::string bad_samples = "fail";  // D5: "fail" | "skip"
+  data::BadSamplePolicy bad_samples = data::BadSamplePolicy::kFail;  // D5: fail | skip
   int64_t train_samples = 0;  // 0 = all
   int64_t test_samples = 0;   // 0 = all
   double hflip = 0.5;         // probability of a horizontal flip
