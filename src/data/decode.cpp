@@ -15,6 +15,7 @@
 #include <jpeglib.h>
 #include <spng.h>
 
+#include "crucible/core/byte_order.h"
 #include "crucible/core/error.h"
 
 namespace crucible::data {
@@ -35,9 +36,6 @@ void check_pixels(const std::string& name, const char* kind, int64_t width, int6
                     kMaxPixels, kMaxSide);
 }
 
-uint32_t read_le32(const uint8_t* p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
 
 // ---- geometry ---------------------------------------------------------------------------------
 
@@ -571,7 +569,7 @@ struct RawHeader {
 RawHeader read_raw_header(const uint8_t* data, size_t size, const std::string& name) {
   if (size < kRawHeaderBytes)
     throw bad_input("{}: truncated raw image header ({} of {} bytes)", name, size, kRawHeaderBytes);
-  const uint32_t h = read_le32(data + 4), w = read_le32(data + 8), c = read_le32(data + 12);
+  const uint32_t h = load_le32(data + 4), w = load_le32(data + 8), c = load_le32(data + 12);
   if (c != 1 && c != 3) throw bad_input("{}: unsupported raw image with {} channels (expected 1 or 3)", name, c);
   check_pixels(name, "raw", w, h);
   const uint64_t expect = kRawHeaderBytes + uint64_t(h) * w * c;

@@ -17,24 +17,18 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "crucible/core/byte_order.h"
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
 #include "crucible/core/thread_pool.h"
 #include "crucible/data/decode.h"
+#include "crucible/data/pack_format.h"
 
 namespace crucible::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kPackMagic[8] = {'C', 'R', 'P', 'K', 'I', 'D', 'X', '1'};
-
-void put_u32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void put_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
 
 const char* mode_name(PackOptions::Mode m) {
   switch (m) {
@@ -348,22 +342,18 @@ PackReport pack_samples(const SampleSource& source, const std::string& dst, cons
       }
       shards.write(zeros.data(), static_cast<size_t>(at - shards.offset()));
       shards.write(data, size);
-      put_u32(records, shards.current());
-      put_u32(records, static_cast<uint32_t>(size));
-      put_u64(records, at);
-      put_u64(records, static_cast<uint64_t>(item.sample.label));
+      pack_format::append_record(records, {shards.current(), static_cast<uint32_t>(size), at, item.sample.label});
       ++report.samples;
       report.bytes += static_cast<int64_t>(size);
     }
   }
 
-  nlohmann::json header = {{"version", 1},          {"classes", source.classes()}, {"samples", report.samples},
+  nlohmann::json header = {{"version", pack_format::kVersion},          {"classes", source.classes()}, {"samples", report.samples},
                            {"shards", shards.names()}, {"align", options.align},      {"mode", mode_name(options.mode)}};
   if (options.mode != PackOptions::Mode::kOriginal) header["max_side"] = options.max_side;
   if (options.mode == PackOptions::Mode::kReencode) header["quality"] = options.quality;
   const std::string json = header.dump();
-  std::string index(kPackMagic, 8);
-  put_u64(index, json.size());
+  std::string index = pack_format::header_prefix(json.size());
   index += json;
   index += records;
 
@@ -443,7 +433,7 @@ void write_lmdb(const SampleSource& source, const std::string& path) {
     }
     std::string value;
     value.reserve(4 + s.size);
-    put_u32(value, static_cast<uint32_t>(s.label));
+    append_le32(value, static_cast<uint32_t>(s.label));
     value.append(reinterpret_cast<const char*>(s.data), s.size);
     batch.emplace_back(fmt::format("{:010d}", i), std::move(value));
     if (batch.size() >= 256) {

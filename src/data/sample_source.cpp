@@ -19,9 +19,11 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "crucible/core/byte_order.h"
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
 #include "crucible/core/mmap.h"
+#include "crucible/data/pack_format.h"
 
 namespace crucible::data {
 namespace {
@@ -41,17 +43,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-uint32_t load_u32(const uint8_t* p) {
-  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-}
-uint64_t load_u64(const uint8_t* p) { return uint64_t{load_u32(p)} | uint64_t{load_u32(p + 4)} << 32; }
-
-void put_u32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void put_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
 
 // Bytes shown in a message: printable ASCII as is, anything else as \xNN; at most `limit`.
 std::string printable(const void* data, size_t size, size_t limit = 64) {
@@ -434,18 +425,18 @@ constexpr char kTarIndexMagic[8] = {'C', 'R', 'T', 'A', 'R', 'I', 'X', '1'};
 
 std::string encode_tar_index(const TarIndex& index, uint64_t shard_size, int64_t mtime_ns) {
   std::string out(kTarIndexMagic, 8);
-  put_u64(out, shard_size);
-  put_u64(out, static_cast<uint64_t>(mtime_ns));
-  put_u64(out, index.skipped);
-  put_u64(out, index.samples.size());
+  append_le64(out, shard_size);
+  append_le64(out, static_cast<uint64_t>(mtime_ns));
+  append_le64(out, index.skipped);
+  append_le64(out, index.samples.size());
   for (const auto& s : index.samples) {
-    put_u64(out, s.offset);
-    put_u64(out, s.size);
-    put_u64(out, static_cast<uint64_t>(s.label));
-    put_u32(out, static_cast<uint32_t>(s.key.size()));
+    append_le64(out, s.offset);
+    append_le64(out, s.size);
+    append_le64(out, static_cast<uint64_t>(s.label));
+    append_le32(out, static_cast<uint32_t>(s.key.size()));
     out += s.key;
   }
-  put_u32(out, static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(out.data()), static_cast<uInt>(out.size()))));
+  append_le32(out, static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(out.data()), static_cast<uInt>(out.size()))));
   return out;
 }
 
@@ -460,11 +451,11 @@ bool read_tar_index(const std::string& path, uint64_t shard_size, int64_t mtime_
   const auto* p = reinterpret_cast<const uint8_t*>(raw.data());
   const size_t n = raw.size();
   if (n < 44 || std::memcmp(p, kTarIndexMagic, 8) != 0) return false;
-  if (crc32(0, p, static_cast<uInt>(n - 4)) != load_u32(p + n - 4)) return false;
-  if (load_u64(p + 8) != shard_size || static_cast<int64_t>(load_u64(p + 16)) != mtime_ns) return false;
+  if (crc32(0, p, static_cast<uInt>(n - 4)) != load_le32(p + n - 4)) return false;
+  if (load_le64(p + 8) != shard_size || static_cast<int64_t>(load_le64(p + 16)) != mtime_ns) return false;
   TarIndex out;
-  out.skipped = load_u64(p + 24);
-  const uint64_t count = load_u64(p + 32);
+  out.skipped = load_le64(p + 24);
+  const uint64_t count = load_le64(p + 32);
   size_t at = 40;
   const size_t end = n - 4;
   if (count > (end - at) / 28) return false;
@@ -472,10 +463,10 @@ bool read_tar_index(const std::string& path, uint64_t shard_size, int64_t mtime_
   for (uint64_t i = 0; i < count; ++i) {
     if (end - at < 28) return false;
     TarSample s;
-    s.offset = load_u64(p + at);
-    s.size = load_u64(p + at + 8);
-    s.label = static_cast<int64_t>(load_u64(p + at + 16));
-    const uint32_t key_len = load_u32(p + at + 24);
+    s.offset = load_le64(p + at);
+    s.size = load_le64(p + at + 8);
+    s.label = static_cast<int64_t>(load_le64(p + at + 16));
+    const uint32_t key_len = load_le32(p + at + 24);
     at += 28;
     if (key_len > end - at || s.offset > shard_size || s.size > shard_size - s.offset || s.label < -1) return false;
     s.key.assign(reinterpret_cast<const char*>(p + at), key_len);
@@ -628,7 +619,7 @@ class LmdbSource final : public SampleSource {
         throw bad_input("LMDB {}: the value of key \"{}\" holds {} bytes; expected a u32 label and an encoded image",
                         path_, printable(key.mv_data, key.mv_size), value.mv_size);
       }
-      const int64_t label = lmdb_label(load_u32(static_cast<const uint8_t*>(value.mv_data)));
+      const int64_t label = lmdb_label(load_le32(static_cast<const uint8_t*>(value.mv_data)));
       max_label = std::max(max_label, label);
       keys_.push_back(std::move(k));
     }
@@ -660,7 +651,7 @@ class LmdbSource final : public SampleSource {
     s.data = p + 4;
     s.size = value.mv_size - 4;
     s.hold = std::shared_ptr<const void>(std::move(txn), s.data);  // values live as long as their txn
-    s.label = lmdb_label(load_u32(p));
+    s.label = lmdb_label(load_le32(p));
     s.name = name_of(k);
     return s;
   }
@@ -692,8 +683,7 @@ class LmdbSource final : public SampleSource {
 
 // ---- packed shards ------------------------------------------------------------------------
 
-constexpr char kPackMagic[8] = {'C', 'R', 'P', 'K', 'I', 'D', 'X', '1'};
-constexpr size_t kPackRecordBytes = 24;
+constexpr size_t kPackRecordBytes = pack_format::kRecordBytes;
 
 class PackedSource final : public SampleSource {
  public:
@@ -703,11 +693,11 @@ class PackedSource final : public SampleSource {
     const std::string& ip = index_path_;
     const std::string raw = read_file(ip);  // bad_input when missing
     const auto* p = reinterpret_cast<const uint8_t*>(raw.data());
-    if (raw.size() < 16 || std::memcmp(p, kPackMagic, 8) != 0) {
+    if (raw.size() < pack_format::kHeaderPrefixBytes || !pack_format::has_magic(p, raw.size())) {
       throw bad_input("{}: expected a packed index starting with \"CRPKIDX1\" and a u64 length, found \"{}\" ({} bytes)",
                       ip, printable(p, std::min<size_t>(raw.size(), 8)), raw.size());
     }
-    const uint64_t json_len = load_u64(p + 8);
+    const uint64_t json_len = load_le64(p + 8);
     if (json_len > raw.size() - 16) {
       throw bad_input("{}: the JSON header claims {} bytes but only {} follow", ip, json_len, raw.size() - 16);
     }
@@ -721,7 +711,9 @@ class PackedSource final : public SampleSource {
     try {
       if (!j.is_object()) throw bad_input("{}: the JSON header should be an object", ip);
       const int version = j.at("version").get<int>();
-      if (version != 1) throw bad_input("{}: expected version 1, found {}", ip, version);
+      if (version != pack_format::kVersion) {
+        throw bad_input("{}: expected version {}, found {}", ip, pack_format::kVersion, version);
+      }
       classes_ = j.at("classes").get<std::vector<std::string>>();
       samples = j.at("samples").get<int64_t>();
       shard_names_ = j.at("shards").get<std::vector<std::string>>();
@@ -756,10 +748,11 @@ class PackedSource final : public SampleSource {
     const uint8_t* r = p + 16 + json_len;
     for (int64_t i = 0; i < samples; ++i, r += kPackRecordBytes) {
       Record& rec = records_[static_cast<size_t>(i)];
-      rec.shard = load_u32(r);
-      rec.size = load_u32(r + 4);
-      rec.offset = load_u64(r + 8);
-      rec.label = static_cast<int64_t>(load_u64(r + 16));
+      const pack_format::Record f = pack_format::load_record(r);
+      rec.shard = f.shard;
+      rec.size = f.size;
+      rec.offset = f.offset;
+      rec.label = f.label;
       if (rec.shard >= shards_.size()) {
         throw bad_input("{}: sample {} names shard {} but the index lists {} shards", ip, i, rec.shard, shards_.size());
       }
@@ -961,7 +954,7 @@ std::unique_ptr<SampleSource> open_samples(const std::string& path) {
     throw bad_input("data folder {} holds {} files but no index.crpk, data.mdb or class sub-folders; {}", path, files,
                     kAccepted);
   }
-  if (file_starts_with(path, kPackMagic, 8)) return open_packed(path);
+  if (file_starts_with(path, pack_format::kMagic, sizeof pack_format::kMagic)) return open_packed(path);
   const std::string l = lower_ascii(path);
   if (ends_with(l, ".tar") || file_starts_with(path, "ustar", 5, 257)) return open_tar_shards({path});
   if (ends_with(l, ".mdb")) return open_lmdb(path);

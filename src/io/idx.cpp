@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 
+#include "crucible/core/byte_order.h"
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
 #include "crucible/core/memory.h"
@@ -18,9 +19,7 @@ namespace {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "IDX byte swapping assumes a little-endian host");
 
-uint32_t be32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
-}
+uint32_t be32(const uint8_t* p) { return load_be32(p); }
 
 void swap_to_native(std::vector<uint8_t>& data, size_t itemsize) {
   if (itemsize == 1) return;

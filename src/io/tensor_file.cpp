@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "crucible/core/byte_order.h"
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
 #include "crucible/core/memory.h"
@@ -53,7 +54,7 @@ bool looks_like_idx(const uint8_t* d, size_t size) {
   unsigned __int128 n = item;
   for (size_t i = 0; i < d[3]; ++i) {
     const uint8_t* p = d + 4 + 4 * i;
-    n *= (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+    n *= load_be32(p);  // IDX dimensions are big-endian
     if (n > size) return false;
   }
   return header + static_cast<size_t>(n) == size;

@@ -15,7 +15,7 @@
 #include <c10/core/Device.h>
 
 #include "crucible/dist/world.h"
-#include "crucible/nn/batch_norm.h"
+#include "crucible/nn/collective.h"
 
 namespace crucible::dist {
 

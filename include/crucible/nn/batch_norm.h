@@ -2,8 +2,8 @@
 // torch::nn::BatchNorm2d: same parameters, buffers, names, initialisation and results (it is
 // not a subclass: libtorch does not export what a subclass's vtable needs), and
 // convert_sync_batchnorm() switches every instance in a module to statistics over the global
-// batch of all ranks. The collectives come through the small Collective interface, which the
-// dist layer implements (nn sits above dist and does not know about process groups).
+// batch of all ranks. The collectives come through the small Collective interface (collective.h),
+// which the dist layer implements (nn sits above dist and does not know about process groups).
 #pragma once
 
 #include <cstdint>
@@ -12,28 +12,9 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include "crucible/nn/collective.h"
+
 namespace crucible::nn {
-
-// What SyncBatchNorm needs from a process group. Blocking; every rank calls in the same order.
-class Collective {
- public:
-  virtual ~Collective() = default;
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
-  // In place: every rank ends with the sum over ranks.
-  virtual void all_reduce_sum(at::Tensor& t) = 0;
-  // Equal shapes on every rank → [size, ...] in rank order.
-  virtual at::Tensor all_gather(const at::Tensor& t) = 0;
-};
-
-// The collective of a single process (world of 1): SyncBatchNorm's numerics without peers.
-class LocalCollective final : public Collective {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void all_reduce_sum(at::Tensor&) override {}
-  at::Tensor all_gather(const at::Tensor& t) override { return t.unsqueeze(0); }
-};
 
 class BatchNorm2dImpl : public torch::nn::Module {
  public:

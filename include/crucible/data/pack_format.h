@@ -1,0 +1,55 @@
+// The packed-shard index format, defined once for its writer (pack.cpp) and its reader
+// (sample_source.cpp). index.crpk = magic "CRPKIDX1", u64 LE length of a JSON header
+// {"version": 1, "classes": [...], "samples": N, "shards": [...], "align": A, "mode": "..."},
+// then N records of 24 bytes, little-endian. Torch-free, header-only.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "crucible/core/byte_order.h"
+
+namespace crucible::data::pack_format {
+
+constexpr char kMagic[8] = {'C', 'R', 'P', 'K', 'I', 'D', 'X', '1'};
+constexpr size_t kHeaderPrefixBytes = 16;  // magic + u64 JSON length
+constexpr int kVersion = 1;
+
+// Where one sample's bytes are: shard file, byte range, label (-1: none).
+struct Record {
+  uint32_t shard = 0;
+  uint32_t size = 0;
+  uint64_t offset = 0;
+  int64_t label = -1;
+};
+constexpr size_t kRecordBytes = 24;  // u32 shard, u32 size, u64 offset, i64 label
+
+inline void append_record(std::string& out, const Record& r) {
+  append_le32(out, r.shard);
+  append_le32(out, r.size);
+  append_le64(out, r.offset);
+  append_le64(out, static_cast<uint64_t>(r.label));
+}
+
+inline Record load_record(const uint8_t* p) {
+  Record r;
+  r.shard = load_le32(p);
+  r.size = load_le32(p + 4);
+  r.offset = load_le64(p + 8);
+  r.label = static_cast<int64_t>(load_le64(p + 16));
+  return r;
+}
+
+// The index's first bytes: magic then the JSON header's length.
+inline std::string header_prefix(uint64_t json_length) {
+  std::string out(kMagic, sizeof kMagic);
+  append_le64(out, json_length);
+  return out;
+}
+
+inline bool has_magic(const uint8_t* p, size_t size) {
+  return size >= sizeof kMagic && std::memcmp(p, kMagic, sizeof kMagic) == 0;
+}
+
+}  // namespace crucible::data::pack_format
