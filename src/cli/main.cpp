@@ -1,4 +1,4 @@
-// `crucible-torch`: the subcommands that need libtorch (train, eval, tune). The `crucible`
+// `crucible-torch`: the subcommands that need libtorch (train, eval, predict, tune). The `crucible`
 // program (front.cpp) runs them by exec'ing this binary with the same arguments, so that the
 // other subcommands start without loading libtorch (~1 s and ~160 MB before main). Parses the
 // command line, calls the library, and turns errors into exit codes (0 ok, 1 runtime failure,
@@ -18,6 +18,7 @@
 #include "crucible/core/memory.h"
 #include "crucible/obs/progress.h"
 #include "crucible/train/job_config.h"
+#include "crucible/train/predict.h"
 #include "crucible/train/trainer.h"
 #include <nlohmann/json.hpp>
 #include "crucible/train/tune.h"
@@ -86,13 +87,24 @@ int run_eval(const std::string& config_path, const std::vector<std::string>& ove
   const train::JobConfig job = load_job(config_path, overrides);
   train::Trainer trainer(job);
   const train::TrainSummary s = trainer.evaluate_checkpoint(checkpoint);
-  log_info("eval: test accuracy {:.2f}%, loss {:.6f}, model of step {} from {}", 100 * s.test_acc, s.test_loss,
-           s.steps, s.run_dir);
+  log_info("eval: test accuracy {:.2f}% (top-5 {:.2f}%), loss {:.6f}, model of step {} from {}", 100 * s.test_acc,
+           100 * s.test_top5, s.test_loss, s.steps, s.run_dir);
   if (json && log_rank() == 0) {
-    const nlohmann::json j = {{"test_acc", s.test_acc}, {"test_loss", s.test_loss}, {"step", s.steps},
+    const nlohmann::json j = {{"test_acc", s.test_acc}, {"test_top5", s.test_top5}, {"test_loss", s.test_loss},
+                              {"step", s.steps},
                               {"checkpoint", s.run_dir}, {"params_sha256", s.params_sha256}};
     std::printf("%s\n", j.dump().c_str());
   }
+  return 0;
+}
+
+int run_predict(const std::string& config_path, const std::vector<std::string>& overrides,
+                const train::PredictOptions& options) {
+  const train::JobConfig job = load_job(config_path, overrides);
+  train::Trainer trainer(job);
+  const train::PredictSummary s = trainer.predict(options);
+  log_info("predict: {} samples, top-1 {:.2f}%, top-{} {:.2f}% ({}) → {}", s.samples, 100 * s.top1_acc, s.k,
+           100 * s.topk_acc, s.model, s.out);
   return 0;
 }
 
@@ -144,6 +156,30 @@ int main(int argc, char** argv) {
                        "checkpoint file (default: the newest that verifies in <run.dir>/<run.name>/checkpoints)");
   eval_cmd->add_flag("--json", eval_json, "print one JSON object as the last line (rank 0)");
 
+  std::string predict_config;
+  std::vector<std::string> predict_overrides;
+  train::PredictOptions predict_options;
+  CLI::App* predict_cmd = app.add_subcommand(
+      "predict", "write each test sample's top-K classes and probabilities to a .jsonl or .csv file");
+  predict_cmd->add_option("config", predict_config, "TOML config file (default: the built-in job)")
+      ->check(CLI::ExistingFile);
+  predict_cmd->add_option("--set", predict_overrides, "override one key: --set section.key=value (repeatable)")
+      ->type_name("KEY=VALUE");
+  predict_cmd->add_option("--checkpoint", predict_options.checkpoint,
+                          "checkpoint file (default: the newest that verifies in <run.dir>/<run.name>/checkpoints)");
+  predict_cmd->add_option("--top", predict_options.top_k,
+                          "K: classes per sample, best first (clamped to the class count)")
+      ->capture_default_str();
+  predict_cmd->add_option("--out", predict_options.out, "file to write, atomically (rank 0)")
+      ->type_name("FILE")
+      ->required();
+  predict_cmd->footer(
+      "\nOne record per test sample (data.test_*), in sample order; probabilities are softmax of the logits.\n"
+      "  FILE.jsonl: {\"index\":i,\"label\":y,\"top\":[class ids, best first],\"prob\":[their probabilities]}\n"
+      "  FILE.csv:   header index,label,top1,...,topK,prob1,...,probK; one row per sample\n"
+      "Under crucible launch the test set is sharded and rank 0 writes the same file one process would.\n"
+      "Exit codes: 0 ok, 1 runtime failure, 2 bad usage (K < 1, another extension, no checkpoint).");
+
   CLI::App* tune_cmd = app.add_subcommand("tune", "find settings by measuring them");
   tune_cmd->require_subcommand(1);
   std::string tune_config;
@@ -172,6 +208,7 @@ int main(int argc, char** argv) {
   try {
     if (train_cmd->parsed()) return run_train(config_path, overrides, resume, restart);
     if (eval_cmd->parsed()) return run_eval(eval_config, eval_overrides, eval_checkpoint, eval_json);
+    if (predict_cmd->parsed()) return run_predict(predict_config, predict_overrides, predict_options);
     if (tune_batch_cmd->parsed()) {
       if (tune_budget_mb <= 0) throw bad_input("tune batch: give --budget-mb (on CPU the budget cannot be read from a device)");
       return run_tune_batch(tune_config, tune_overrides, tune_budget_mb, tune_max, tune_json);

@@ -16,12 +16,20 @@ DeviceInput::DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10:
     : spec_(spec), norm_(std::move(normalize)), device_(device), channels_last_(channels_last) {
   if (spec_.type == SampleType::kFeatures) return;  // used as they are: mean/std do not apply
   const size_t c = static_cast<size_t>(spec_.channels);
-  if (norm_.mean.size() != norm_.std.size()) {
-    throw bad_input("data.mean has {} values but data.std has {}", norm_.mean.size(), norm_.std.size());
-  }
-  if (norm_.mean.size() != 1 && norm_.mean.size() != c) {
-    throw bad_input("data.mean/data.std have {} values but the images have {} channel(s) ({})", norm_.mean.size(), c,
-                    spec_.to_string());
+  // D4: one value per channel, always. A single value is not spread over the channels: the
+  // default (Fashion-MNIST's gray mean) silently applied to RGB photos is the mistake this stops.
+  if (norm_.mean.size() != c || norm_.std.size() != c) {
+    const bool byte = norm_.range == ValueRange::kByte;
+    const std::string example =
+        c == 3 ? fmt::format(" (RGB photos, as torchvision's ImageNet models: data.mean = [{}], data.std = [{}])",
+                             byte ? "123.675, 116.28, 103.53" : "0.485, 0.456, 0.406",
+                             byte ? "58.395, 57.12, 57.375" : "0.229, 0.224, 0.225")
+               : std::string();
+    throw bad_input("data.mean has {} value(s) and data.std has {} but the images have {} channel(s) ({}): set "
+                    "data.mean and data.std to {} value(s) each, one per channel in {} order, in {} units "
+                    "(data.mean_std_range = \"{}\"){}",
+                    norm_.mean.size(), norm_.std.size(), c, spec_.to_string(), c, color_order_name(spec_.order),
+                    value_range_name(norm_.range), byte ? "byte" : "unit", example);
   }
   // D3: per-channel numbers for RGB applied to BGR pixels (or the reverse) silently swap channels.
   if (c == 3 && norm_.mean.size() == 3 && spec_.order != norm_.order) {
@@ -49,8 +57,8 @@ DeviceInput::DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10:
   const double unit = norm_.range == ValueRange::kUnit ? 1.0 / 255.0 : 1.0;
   std::vector<float> scale(c), shift(c);
   for (size_t i = 0; i < c; ++i) {
-    const double m = norm_.mean[norm_.mean.size() == 1 ? 0 : i];
-    const double s = norm_.std[norm_.std.size() == 1 ? 0 : i];
+    const double m = norm_.mean[i];
+    const double s = norm_.std[i];
     scale[i] = static_cast<float>(unit / s);
     shift[i] = static_cast<float>(-m / s);
   }
@@ -114,9 +122,8 @@ InputConvention DeviceInput::delivers() const {
   }
   const double unit = norm_.range == ValueRange::kByte ? 1.0 / 255.0 : 1.0;
   for (int64_t i = 0; i < spec_.channels; ++i) {
-    const size_t k = norm_.mean.size() == 1 ? 0 : static_cast<size_t>(i);
-    c.mean.push_back(norm_.mean[k] * unit);
-    c.std.push_back(norm_.std[k] * unit);
+    c.mean.push_back(norm_.mean[static_cast<size_t>(i)] * unit);
+    c.std.push_back(norm_.std[static_cast<size_t>(i)] * unit);
   }
   return c;
 }

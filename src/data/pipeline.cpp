@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -57,6 +58,9 @@ const char* cache_mode_name(CacheMode mode) {
 ImagePipeline::ImagePipeline(std::shared_ptr<const SampleSource> source, ImagePipelineOptions options)
     : source_(std::move(source)), opt_(std::move(options)) {
   if (opt_.crop < 1) throw bad_input("data.crop must be >= 1, found {}", opt_.crop);
+  if (!(opt_.center_fraction > 0.0 && opt_.center_fraction <= 1.0)) {
+    throw bad_input("the evaluation centre-crop fraction must be in (0, 1], found {}", opt_.center_fraction);
+  }
   if (opt_.cache != CacheMode::kNone) cache_.resize(static_cast<size_t>(source_->size()));
 }
 
@@ -132,20 +136,44 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const
   }
   if (width < 1 || height < 1) throw bad_input("{}: image has no pixels ({}x{})", name, width, height);
 
-  const Rect region = opt_.train ? random_resized_crop(width, height, rng, opt_.rrc)
-                                 : center_crop_region(width, height, opt_.center_fraction);
-  const bool flip = opt_.train && opt_.hflip > 0.0f && rng.bernoulli(opt_.hflip);
-  if (decoded) {
-    const uint8_t* src = decoded->bytes.data() + (static_cast<size_t>(region.y) * width + region.x) * 3;
-    resize_image(src, region.width, region.height, width * 3, 3, dst, crop, crop, flip);
+  if (!opt_.train) {
+    // torchvision's Resize(int(crop / fraction)) + CenterCrop(crop), literally: the whole image
+    // resized (from the smallest DCT scale that still covers that size), then the crop copied.
+    const ResizeCentreCrop rc = resize_centre_crop(width, height, crop, opt_.center_fraction);
+    thread_local std::vector<uint8_t> resized;
+    resized.resize(static_cast<size_t>(rc.resized_width) * rc.resized_height * 3);
+    if (decoded) {
+      resize_image(decoded->bytes.data(), width, height, width * 3, 3, resized.data(), rc.resized_width,
+                   rc.resized_height);
+    } else {
+      DecodeOptions d;
+      d.min_width = rc.resized_width;
+      d.min_height = rc.resized_height;
+      d.fast = opt_.fast_decode;
+      DecodedImage img = decode_image(data, size, name, d);
+      resize_image(img.pixels.data(), img.width, img.height, img.width * 3, 3, resized.data(), rc.resized_width,
+                   rc.resized_height);
+    }
+    const size_t row = static_cast<size_t>(crop) * 3;
+    for (int y = 0; y < crop; ++y) {
+      std::memcpy(dst + y * row, resized.data() + (static_cast<size_t>(rc.top + y) * rc.resized_width + rc.left) * 3,
+                  row);
+    }
   } else {
-    DecodeOptions d;
-    d.region = region;
-    d.min_width = crop;
-    d.min_height = crop;
-    d.fast = opt_.fast_decode;
-    DecodedImage img = decode_image(data, size, name, d);
-    resize_image(img.pixels.data(), img.width, img.height, img.width * 3, 3, dst, crop, crop, flip);
+    const Rect region = random_resized_crop(width, height, rng, opt_.rrc);
+    const bool flip = opt_.hflip > 0.0f && rng.bernoulli(opt_.hflip);
+    if (decoded) {
+      const uint8_t* src = decoded->bytes.data() + (static_cast<size_t>(region.y) * width + region.x) * 3;
+      resize_image(src, region.width, region.height, width * 3, 3, dst, crop, crop, flip);
+    } else {
+      DecodeOptions d;
+      d.region = region;
+      d.min_width = crop;
+      d.min_height = crop;
+      d.fast = opt_.fast_decode;
+      DecodedImage img = decode_image(data, size, name, d);
+      resize_image(img.pixels.data(), img.width, img.height, img.width * 3, 3, dst, crop, crop, flip);
+    }
   }
   if (opt_.order == ColorOrder::kBGR) {
     for (int i = 0; i < crop * crop; ++i) std::swap(dst[3 * i], dst[3 * i + 2]);
@@ -157,7 +185,9 @@ std::string ImagePipeline::describe() const {
   return fmt::format("{}: {} {}x{} crops ({}), {}, {} JPEG decode, cache {}{}", source_->describe(),
                      opt_.train ? "RandomResizedCrop" : "resize + centre", opt_.crop, opt_.crop,
                      opt_.train ? fmt::format("scale {}–{}, flip p={}", opt_.rrc.scale_min, opt_.rrc.scale_max, opt_.hflip)
-                                : fmt::format("keeps {} of the short side", opt_.center_fraction),
+                                : fmt::format("short side to int({} / {}) = {}, as torchvision", opt_.crop,
+                                              opt_.center_fraction,
+                                              static_cast<int>(opt_.crop / opt_.center_fraction)),
                      color_order_name(opt_.order), opt_.fast_decode ? "fast" : "accurate",
                      cache_mode_name(opt_.cache), opt_.cache == CacheMode::kNone ? "" : fmt::format(" (budget {} MiB)", opt_.cache_bytes >> 20));
 }

@@ -40,6 +40,28 @@ Rect center_crop_region(int width, int height, double crop_fraction) {
 }
 
 namespace {
+// Python's int(round(margin / 2.0)) for margin >= 0: halves go to the even neighbour.
+int half_to_even(int margin) {
+  const int q = margin / 2;
+  return (margin % 2 != 0 && q % 2 != 0) ? q + 1 : q;
+}
+}  // namespace
+
+ResizeCentreCrop resize_centre_crop(int width, int height, int crop, double fraction) {
+  const int size = static_cast<int>(crop / fraction);  // Python's int(crop / fraction)
+  const bool portrait = width <= height;
+  const int64_t short_side = portrait ? width : height, long_side = portrait ? height : width;
+  // int(size * long / short): an exact product, one correctly rounded division, truncated.
+  const int other = static_cast<int>(static_cast<double>(size * long_side) / static_cast<double>(short_side));
+  ResizeCentreCrop r;
+  r.resized_width = portrait ? size : other;
+  r.resized_height = portrait ? other : size;
+  r.left = half_to_even(r.resized_width - crop);
+  r.top = half_to_even(r.resized_height - crop);
+  return r;
+}
+
+namespace {
 
 constexpr int kBits = 14;
 

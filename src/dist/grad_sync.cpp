@@ -15,6 +15,7 @@
 
 #include "crucible/core/error.h"
 #include "crucible/dist/comm.h"
+#include "crucible/nn/model.h"
 
 namespace crucible::dist {
 
@@ -172,20 +173,23 @@ std::string GradSync::describe() const {
                      impl_->params.size());
 }
 
-void broadcast_module(Comm& comm, torch::nn::Module& module, int root) {
+namespace {
+
+void broadcast_tensors(Comm& comm, const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& buffers,
+                       int root) {
   at::NoGradGuard no_grad;
-  for (auto& p : module.parameters(true)) {
+  for (const auto& p : params) {
     at::Tensor t = p.data();
     comm.broadcast(t, root);
   }
-  for (auto& b : module.buffers(true)) comm.broadcast(b, root);
+  for (auto b : buffers) comm.broadcast(b, root);
 }
 
-void sync_buffers(Comm& comm, torch::nn::Module& module, const std::string& policy) {
+void sync_named_buffers(Comm& comm, const std::vector<nn::NamedTensor>& buffers, const std::string& policy) {
   at::NoGradGuard no_grad;
-  for (auto& b : module.named_buffers(true)) {
-    at::Tensor t = b.value();
-    const std::string& name = b.key();
+  for (const auto& b : buffers) {
+    at::Tensor t = b.tensor;
+    const std::string& name = b.name;
     auto ends_with = [&name](const std::string& tail) {
       return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
     };
@@ -197,6 +201,32 @@ void sync_buffers(Comm& comm, torch::nn::Module& module, const std::string& poli
       comm.broadcast(t, 0);
     }
   }
+}
+
+std::vector<at::Tensor> tensors_of(const std::vector<nn::NamedTensor>& named) {
+  std::vector<at::Tensor> out;
+  for (const auto& n : named) out.push_back(n.tensor);
+  return out;
+}
+
+}  // namespace
+
+void broadcast_module(Comm& comm, torch::nn::Module& module, int root) {
+  broadcast_tensors(comm, module.parameters(true), module.buffers(true), root);
+}
+
+void broadcast_module(Comm& comm, nn::Model& model, int root) {
+  broadcast_tensors(comm, tensors_of(model.named_parameters()), tensors_of(model.named_buffers()), root);
+}
+
+void sync_buffers(Comm& comm, torch::nn::Module& module, const std::string& policy) {
+  std::vector<nn::NamedTensor> buffers;
+  for (const auto& b : module.named_buffers(true)) buffers.push_back({b.key(), b.value()});
+  sync_named_buffers(comm, buffers, policy);
+}
+
+void sync_buffers(Comm& comm, nn::Model& model, const std::string& policy) {
+  sync_named_buffers(comm, model.named_buffers(), policy);
 }
 
 }  // namespace crucible::dist

@@ -18,6 +18,7 @@
 #include "crucible/core/error.h"
 #include "crucible/nn/batch_norm.h"
 #include "crucible/nn/resnet.h"
+#include "crucible/nn/torchscript.h"
 
 namespace crucible::nn {
 namespace {
@@ -84,16 +85,20 @@ struct FmnistCnnImpl : tnn::Module {
   tnn::Linear fc2;
 };
 
-class FmnistCnn final : public Model {
+class FmnistCnn final : public ModuleModel {
  public:
   FmnistCnn(int64_t in_channels, int64_t height, int64_t width, int64_t num_classes, double dropout)
-      : impl_(std::make_shared<FmnistCnnImpl>(in_channels, height, width, num_classes, dropout)),
+      : FmnistCnn(std::make_shared<FmnistCnnImpl>(in_channels, height, width, num_classes, dropout), in_channels,
+                  height, width, num_classes, dropout) {}
+  FmnistCnn(std::shared_ptr<FmnistCnnImpl> impl, int64_t in_channels, int64_t height, int64_t width,
+            int64_t num_classes, double dropout)
+      : ModuleModel(impl),
+        impl_(std::move(impl)),
         spec_{in_channels, height, width, std::nullopt, {}, {}},
         num_classes_(num_classes),
         dropout_(dropout) {}
 
   at::Tensor forward(const at::Tensor& x) override { return impl_->forward(x); }
-  torch::nn::Module& module() override { return *impl_; }
   InputSpec input_spec() const override { return spec_; }
   std::string describe() const override {
     return fmt::format("fmnist_cnn (4× conv3x3-BN-ReLU, 2 max-pools, fc {}→256→{}, dropout {})",
@@ -126,6 +131,7 @@ const Registry<ModelFactory>& model_registry() {
       r.add(fmt::format("resnet{}", depth), fmt::format("torchvision's ResNet-{} (same names and init)", depth),
             [depth](const ModelBuild& b) { return make_resnet(depth, b.in_channels, b.num_classes); });
     }
+    r.add("torchscript", "a Python model saved by torch.jit.save(torch.jit.script(m)) (model.path)", make_torchscript);
     return r;
   }();
   return registry;
@@ -201,16 +207,45 @@ void check_input(const InputSpec& expected, const data::InputConvention& deliver
   }
 }
 
+ModuleModel::ModuleModel(std::shared_ptr<torch::nn::Module> module) : module_(std::move(module)) {}
+
+std::vector<NamedTensor> ModuleModel::named_parameters() {
+  std::vector<NamedTensor> out;
+  for (const auto& p : module_->named_parameters(/*recurse=*/true)) out.push_back({p.key(), p.value()});
+  return out;
+}
+
+std::vector<NamedTensor> ModuleModel::named_buffers() {
+  std::vector<NamedTensor> out;
+  for (const auto& b : module_->named_buffers(/*recurse=*/true)) out.push_back({b.key(), b.value()});
+  return out;
+}
+
+void ModuleModel::train(bool on) { module_->train(on); }
+bool ModuleModel::is_training() const { return module_->is_training(); }
+void ModuleModel::to(c10::Device device) { module_->to(device); }
+
 void to_channels_last(Model& model) {
-  for (auto& p : model.module().parameters()) {
-    if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+  // set_data keeps the tensor (and its autograd identity) and swaps its storage, so this works
+  // on a torch::nn module's parameters and on a TorchScript module's alike.
+  for (auto& p : model.named_parameters()) {
+    if (p.tensor.dim() == 4) p.tensor.set_data(p.tensor.data().contiguous(at::MemoryFormat::ChannelsLast));
   }
 }
 
 int64_t parameter_count(Model& model) {
   int64_t n = 0;
-  for (const auto& p : model.module().parameters()) n += p.numel();
+  for (const auto& p : model.named_parameters()) n += p.tensor.numel();
   return n;
+}
+
+torch::nn::Module& require_nn_module(Model& model, const std::string& feature) {
+  torch::nn::Module* m = model.nn_module();
+  if (m == nullptr) {
+    throw bad_input("{} needs a model built from crucible's torch::nn modules; {} is not one", feature,
+                    model.describe());
+  }
+  return *m;
 }
 
 }  // namespace crucible::nn

@@ -156,15 +156,15 @@ struct ResNetImpl : tnn::Module {
   tnn::Linear fc{nullptr};
 };
 
-class ResNet final : public Model {
+class ResNet final : public ModuleModel {
  public:
   ResNet(int depth, std::shared_ptr<ResNetImpl> impl, int64_t in_channels)
-      : impl_(std::move(impl)), spec_{in_channels, 224, 224, std::nullopt, {}, {}}, depth_(depth) {
+      : ModuleModel(impl),
+        impl_(std::move(impl)), spec_{in_channels, 224, 224, std::nullopt, {}, {}}, depth_(depth) {
     for (const auto& p : impl_->parameters()) parameters_ += p.numel();
   }
 
   at::Tensor forward(const at::Tensor& x) override { return impl_->forward(x); }
-  torch::nn::Module& module() override { return *impl_; }
   InputSpec input_spec() const override { return spec_; }
   std::string describe() const override {
     return fmt::format("resnet{} (torchvision layout, {:.1f}M parameters)", depth_,

@@ -30,9 +30,9 @@ Evaluator::Evaluator(nn::Model& model, data::Loader& loader, const data::DeviceI
       comm_(comm) {}
 
 EvalResult Evaluator::run() {
-  std::vector<at::Tensor> ids, losses, hits;
+  std::vector<at::Tensor> ids, losses, hits, hits5;
   {
-    nn::EvalGuard guard(model_.module());  // M1: eval mode + no grad, restored after
+    nn::EvalGuard guard(model_);  // M1: eval mode + no grad, restored after
     compat::AutocastGuard amp(device_.type(), autocast_dtype(precision_), precision_.mixed());
     loader_.start_epoch(0);
     while (auto batch = loader_.next()) {
@@ -41,31 +41,39 @@ EvalResult Evaluator::run() {
       at::Tensor logits = model_.forward(x);
       losses.push_back(loss_.per_sample(logits, y).to(at::kDouble));
       hits.push_back(logits.argmax(1).eq(y).to(at::kDouble));
+      // Top-k as PyTorch's reference scripts count it (ties at the k-th place: topk's choice).
+      const int64_t k = std::min<int64_t>(5, logits.size(1));
+      const at::Tensor top = std::get<1>(logits.topk(k, /*dim=*/1, /*largest=*/true, /*sorted=*/true));
+      hits5.push_back(top.eq(y.unsqueeze(1)).any(1).to(at::kDouble));
       ids.push_back(at::tensor(batch->sample_ids, at::kLong).to(device_).to(at::kDouble));
     }
   }
   const auto dev = at::TensorOptions().dtype(at::kDouble).device(device_);
-  at::Tensor local = ids.empty() ? at::zeros({0, 3}, dev)
-                                 : at::stack({at::cat(ids), at::cat(losses), at::cat(hits)}, 1);  // [n, 3]
+  constexpr int64_t kCols = 4;  // sample id, loss, top-1 hit, top-5 hit
+  at::Tensor local = ids.empty() ? at::zeros({0, kCols}, dev)
+                                 : at::stack({at::cat(ids), at::cat(losses), at::cat(hits), at::cat(hits5)}, 1);
   at::Tensor all = comm_ != nullptr ? comm_->all_gather_varying(local) : local;
   all = all.to(at::kCPU).contiguous();
   const int64_t rows = all.size(0);
   const double* r = all.data_ptr<double>();
   std::vector<std::pair<int64_t, int64_t>> order;  // (sample id, row), first occurrence of each id
   order.reserve(static_cast<size_t>(rows));
-  for (int64_t i = 0; i < rows; ++i) order.emplace_back(static_cast<int64_t>(r[3 * i]), i);
+  for (int64_t i = 0; i < rows; ++i) order.emplace_back(static_cast<int64_t>(r[kCols * i]), i);
   std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  double loss_total = 0, correct_total = 0;
+  double loss_total = 0, correct_total = 0, top5_total = 0;
   int64_t n = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     if (i > 0 && order[i].first == order[i - 1].first) continue;  // padding
-    loss_total += r[3 * order[i].second + 1];
-    correct_total += r[3 * order[i].second + 2];
+    const double* row = r + kCols * order[i].second;
+    loss_total += row[1];
+    correct_total += row[2];
+    top5_total += row[3];
     ++n;
   }
   EvalResult result;
   result.loss = loss_total / static_cast<double>(std::max<int64_t>(1, n));
   result.acc = correct_total / static_cast<double>(std::max<int64_t>(1, n));
+  result.top5 = top5_total / static_cast<double>(std::max<int64_t>(1, n));
   result.samples = n;
   return result;
 }

@@ -3,7 +3,6 @@
 
 #include <ATen/ATen.h>
 #include <fnmatch.h>
-#include <torch/nn/module.h>
 
 #include <algorithm>
 #include <map>
@@ -12,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "crucible/core/error.h"
+#include "crucible/nn/model.h"
 #include "crucible/io/tensor.h"
 #include "crucible/io/tensor_file.h"
 
@@ -45,7 +45,7 @@ bool strip_common(std::map<std::string, at::Tensor>& tensors, const std::string&
 
 }  // namespace
 
-InitReport load_initial_weights(torch::nn::Module& module, const nn::ModelOptions& options, int64_t num_classes) {
+InitReport load_initial_weights(nn::Model& module, const nn::ModelOptions& options, int64_t num_classes) {
   InitReport report;
   const std::string& path = options.init;
   io::TensorSet set = io::read_tensors(path);
@@ -55,8 +55,8 @@ InitReport load_initial_weights(torch::nn::Module& module, const nn::ModelOption
   }
   report.notes = set.notes;
   std::vector<std::pair<std::string, at::Tensor>> model;
-  for (const auto& item : {module.named_parameters(true), module.named_buffers(true)}) {
-    for (const auto& p : item) model.emplace_back(p.key(), p.value());
+  for (const auto& item : {module.named_parameters(), module.named_buffers()}) {
+    for (const auto& p : item) model.emplace_back(p.name, p.tensor);
   }
   std::map<std::string, at::Tensor> file;
   for (const auto& a : set.arrays) file.emplace(a.name, io::to_tensor(a.array, path + ": " + a.name));
@@ -124,30 +124,30 @@ InitReport load_initial_weights(torch::nn::Module& module, const nn::ModelOption
   return report;
 }
 
-std::vector<NamedTensor> trainable_parameters(torch::nn::Module& module, const std::vector<std::string>& freeze,
+std::vector<NamedTensor> trainable_parameters(nn::Model& module, const std::vector<std::string>& freeze,
                                               std::vector<std::string>* frozen) {
   std::vector<NamedTensor> params;
   std::vector<bool> pattern_used(freeze.size(), false);
-  for (const auto& p : module.named_parameters(true)) {
+  for (const auto& p : module.named_parameters()) {
     bool fixed = false;
     for (size_t i = 0; i < freeze.size(); ++i) {
-      if (::fnmatch(freeze[i].c_str(), p.key().c_str(), 0) == 0) {
+      if (::fnmatch(freeze[i].c_str(), p.name.c_str(), 0) == 0) {
         fixed = true;
         pattern_used[i] = true;
       }
     }
     if (fixed) {
-      at::Tensor t = p.value();
+      at::Tensor t = p.tensor;
       t.set_requires_grad(false);
-      if (frozen != nullptr) frozen->push_back(p.key());
+      if (frozen != nullptr) frozen->push_back(p.name);
     } else {
-      params.push_back({p.key(), p.value()});
+      params.push_back(p);
     }
   }
   for (size_t i = 0; i < freeze.size(); ++i) {
     if (!pattern_used[i]) {
       std::vector<std::string> names;
-      for (const auto& p : module.named_parameters(true)) names.push_back(p.key());
+      for (const auto& p : module.named_parameters()) names.push_back(p.name);
       throw bad_input("model.freeze: pattern \"{}\" matches no parameter (parameters: {})", freeze[i],
                       first_names(names, 12));
     }

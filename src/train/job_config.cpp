@@ -68,6 +68,8 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   auto& model_name = s.add("model", "name", &j.model.name, "model architecture");
   if (!names.models.empty()) model_name.choices(names.models);
   s.add("model", "dropout", &j.model.dropout, "dropout probability before the last layer").min(0).max(1, true);
+  s.add("model", "path", &j.model.path,
+        "model.name = \"torchscript\": the module file, saved by torch.jit.save(torch.jit.script(model)) (not traced)");
   s.add("model", "init", &j.model.init,
         "start from these weights: a torch.save state_dict (.pt) or .safetensors; \"module.\" prefixes are stripped "
         "(X4), a classifier head of another class count is re-initialised (\"\" = the model's own init)");

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "crucible/core/error.h"
+#include "crucible/nn/model.h"
 
 namespace crucible::train {
 
@@ -42,6 +43,11 @@ void CheckpointIO::module(const std::string& prefix, torch::nn::Module& module) 
       tensor(prefix + p.key(), t);
     }
   }
+}
+
+void CheckpointIO::model(const std::string& prefix, nn::Model& model) {
+  for (auto& p : model.named_parameters()) tensor(prefix + p.name, p.tensor);
+  for (auto& b : model.named_buffers()) tensor(prefix + b.name, b.tensor);
 }
 
 void CheckpointIO::tensor_list(const std::string& prefix, const std::function<std::vector<NamedTensor>()>& get,
@@ -114,6 +120,8 @@ void CheckpointIO::state(RunState& st) {
   value("data_wait_seconds", st.data_wait_seconds);
   value("last_test_acc", st.last_test_acc);
   value("last_test_loss", st.last_test_loss);
+  // Written since top-5 was added; a checkpoint from before it leaves the field as it is.
+  if (!reading() || in_->meta.count("last_test_top5") != 0) value("last_test_top5", st.last_test_top5);
   value("last_eval_step", st.last_eval_step);
 }
 

@@ -38,7 +38,8 @@ c10::ScalarType autocast_dtype(const Precision& precision) {
 MicroBatchRecord accumulate_gradients(nn::Model& model, const at::Tensor& x, const at::Tensor& y,
                                       const MicroBatchOptions& options, at::Tensor& loss_sum, at::Tensor& correct) {
   MicroBatchRecord record;
-  for (const auto& p : model.module().parameters()) {
+  for (const auto& named : model.named_parameters()) {
+    const at::Tensor& p = named.tensor;
     if (p.dim() == 4 && p.size(1) > 1) {  // a convolution weight whose two layouts differ
       record.channels_last = p.is_contiguous(at::MemoryFormat::ChannelsLast) && !p.is_contiguous();
       break;
@@ -261,12 +262,11 @@ TrialStep::TrialStep(const JobConfig& job, int64_t in_channels, int64_t height, 
                      const Precision& precision, c10::Device device)
     : p_(std::make_unique<Parts>()) {
   p_->model = nn::make_model(job.model, in_channels, height, width, classes);
-  p_->model->module().to(device);
+  p_->model->to(device);
   if (precision.channels_last) nn::to_channels_last(*p_->model);
-  p_->model->module().train();
+  p_->model->train(true);
   p_->loss = make_loss({job.loss, classes, device});
-  std::vector<NamedTensor> params;
-  for (const auto& p : p_->model->module().named_parameters(true)) params.push_back({p.key(), p.value()});
+  std::vector<NamedTensor> params = p_->model->named_parameters();
   p_->optimizer = make_optimizer(job.optim, parameter_groups(job.optim, params));
   p_->scaler = GradScaler(grad_scaler_options(job, precision));
   TrainStepOptions o;

@@ -32,6 +32,8 @@
 #include "crucible/dist/comm.h"
 #include "crucible/dist/grad_sync.h"
 #include "crucible/dist/world.h"
+#include "crucible/io/safetensors.h"
+#include "crucible/io/tensor.h"
 #include "crucible/nn/batch_norm.h"
 #include "crucible/nn/lint.h"
 #include "crucible/nn/model.h"
@@ -44,6 +46,7 @@
 #include "crucible/train/grad_scaler.h"
 #include "crucible/train/loss.h"
 #include "crucible/train/optimizer.h"
+#include "crucible/train/predict.h"
 #include "crucible/train/run_dir.h"
 #include "crucible/train/run_state.h"
 #include "crucible/train/schedule.h"
@@ -93,17 +96,39 @@ RegisteredNames registered_names() {
   return {nn::model_registry().names(), loss_registry().names(), optimizer_registry().names()};
 }
 
-std::string params_sha256(torch::nn::Module& module) {
+std::string params_sha256(nn::Model& model) {
   Sha256 h;
   auto add = [&h](const std::string& name, const at::Tensor& t) {
     at::Tensor c = t.detach().to(at::kCPU).contiguous();
     h.update(fmt::format("{}:{}:{}:{}\n", name.size(), name, c10::toString(c.scalar_type()), fmt::join(c.sizes(), ",")));
     h.update(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
   };
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) add(p.key(), p.value());
-  for (const auto& b : module.named_buffers(/*recurse=*/true)) add(b.key(), b.value());
+  for (const auto& p : model.named_parameters()) add(p.name, p.tensor);
+  for (const auto& b : model.named_buffers()) add(b.name, b.tensor);
   return h.hex_digest();
 }
+
+namespace {
+
+// A model that can be written as TorchScript (a user model from Python) is, at the end of
+// training, written back to its run folder: model.ts.pt (torch.jit.load) and model.safetensors
+// (plain state_dict names). Rank 0 only (law 4).
+void export_model(nn::Model& model, const std::string& run_dir) {
+  const std::string ts = run_dir + "/model.ts.pt", st = run_dir + "/model.safetensors";
+  if (!model.save_torchscript(ts)) return;
+  std::vector<at::Tensor> keep;
+  std::vector<nn::NamedTensor> all = model.named_parameters();
+  for (auto& b : model.named_buffers()) all.push_back(std::move(b));
+  keep.resize(all.size());
+  std::vector<io::TensorBytes> bytes;
+  for (size_t i = 0; i < all.size(); ++i) {
+    bytes.push_back(io::tensor_bytes(all[i].name, all[i].tensor.detach().to(at::kCPU), keep[i]));
+  }
+  io::write_safetensors(st, bytes, {});
+  log_info("trained model → {} (TorchScript) and {} (safetensors, state_dict names)", ts, st);
+}
+
+}  // namespace
 
 struct Trainer::Impl {
   JobConfig job;
@@ -157,6 +182,8 @@ struct Trainer::Impl {
   TrainSummary run();
   TrainSummary evaluate_checkpoint(std::string path);
   void take_stored_choices(const CheckpointData& ckpt, const std::string& path);
+  std::string load_predict_model(std::string checkpoint);
+  PredictSummary predict(const PredictOptions& options);
 };
 
 // Joins the data-parallel job this process was started in (crucible launch, torchrun, SLURM
@@ -189,7 +216,7 @@ void Trainer::Impl::join_world() {
 
 // M2: running statistics equal on every rank before anything reads them.
 void Trainer::Impl::sync_bn_buffers() {
-  if (comm && job.dist.bn != DistSection::Bn::kSync) dist::sync_buffers(*comm, model->module(), bn_name(job.dist.bn));
+  if (comm && job.dist.bn != DistSection::Bn::kSync) dist::sync_buffers(*comm, *model, bn_name(job.dist.bn));
 }
 
 // The replicas must hold the same weights; a cheap fingerprint per rank is compared at every
@@ -264,7 +291,7 @@ void Trainer::Impl::build() {
   model = nn::make_model(job.model, spec.channels, spec.height, spec.width, classes);
   if (!job.model.init.empty() && !from_checkpoint) {
     // Fine-tuning: the file's weights by name; a head of another class count keeps its fresh init.
-    const InitReport r = load_initial_weights(model->module(), job.model, classes);
+    const InitReport r = load_initial_weights(*model, job.model, classes);
     for (const auto& n : r.notes) log_info("model.init: {} (X4)", n);
     log_info("model.init: {} tensors from {}{}", r.loaded, job.model.init,
              r.ignored.empty() ? "" : fmt::format("; not loaded (model.init_ignore): {}", fmt::join(r.ignored, ", ")));
@@ -272,12 +299,14 @@ void Trainer::Impl::build() {
       log_info("model.init: classifier head {} re-initialised for the data's {} classes", h, classes);
     }
   }
-  model->module().to(device);
-  model->module().train();
+  model->to(device);
+  model->train(true);
   compat::seed_cpu_generator(derive_seed(seed, RngStream::kDropout));
   compat::seed_device_generator(device, derive_seed(seed, RngStream::kDropout));
   log_info("model: {}, {} parameters", model->describe(), nn::parameter_count(*model));
-  for (const auto& w : nn::lint_bias_before_norm(model->module())) log_warn("model lint (M7): {}", w);
+  if (model->nn_module() != nullptr) {
+    for (const auto& w : nn::lint_bias_before_norm(*model->nn_module())) log_warn("model lint (M7): {}", w);
+  }
   loss = make_loss({job.loss, classes, device});
   log_info("loss: {}", loss->describe());
 
@@ -352,7 +381,7 @@ void Trainer::Impl::build() {
 
   // Optimizer and schedule. T4: no weight decay on biases and normalisation weights (1-D).
   std::vector<std::string> frozen;
-  params = trainable_parameters(model->module(), job.model.freeze, &frozen);
+  params = trainable_parameters(*model, job.model.freeze, &frozen);
   if (!frozen.empty()) {
     log_info("model.freeze: {} parameter tensor(s) kept fixed, not optimised nor synced: {}", frozen.size(),
              fmt::join(frozen, ", "));
@@ -365,13 +394,13 @@ void Trainer::Impl::build() {
     // One process computes what N processes compute: the same SyncBatchNorm numerics (statistics
     // combined in double), so a run can be compared across world sizes. torch's CPU kernel
     // accumulates channels_last statistics in float (relative error ~4e-4 measured at batch 256).
-    const int n = nn::convert_sync_batchnorm(model->module(), &local_collective);
+    const int n = nn::convert_sync_batchnorm(nn::require_nn_module(*model, "dist.bn = sync"), &local_collective);
     log_info("dist.bn = sync in one process: {} BatchNorm layer(s) use the SyncBatchNorm computation", n);
   }
   if (comm) {
     // M3: SyncBatchNorm before gradient sync is set up; then DDP's reducer (M5, T11).
     if (job.dist.bn == DistSection::Bn::kSync) {
-      const int n = nn::convert_sync_batchnorm(model->module(), comm.get());
+      const int n = nn::convert_sync_batchnorm(nn::require_nn_module(*model, "dist.bn = sync"), comm.get());
       log_info("dist.bn = sync: {} BatchNorm layer(s) take statistics over all {} ranks (M3)", n, world.size);
     } else {
       log_info("dist.bn = {}: BatchNorm statistics per rank, made equal ({}) before evaluation and checkpoints (M2)",
@@ -413,7 +442,7 @@ void Trainer::Impl::build() {
 
 // The checkpoint's contents, listed once: written by save_checkpoint, read back on resume.
 void Trainer::Impl::checkpoint_fields(CheckpointIO& io) {
-  io.module("model.", model->module());
+  io.model("model.", *model);
   io.tensor_list("optim.", [this] { return optimizer->state(); },
                  [this](const std::vector<NamedTensor>& s) { optimizer->load_state(s); });
   io.tensor_via("rng.torch_cpu", [] { return compat::cpu_generator_state(); },
@@ -490,6 +519,7 @@ void Trainer::Impl::evaluate(obs::MetricSinks& sinks) {
   const EvalResult r = evaluator->run();
   st.last_test_loss = r.loss;
   st.last_test_acc = r.acc;
+  st.last_test_top5 = r.top5;
   st.last_eval_step = st.step;
   const double secs = seconds_since(t0);
   st.train_seconds += secs;
@@ -498,11 +528,12 @@ void Trainer::Impl::evaluate(obs::MetricSinks& sinks) {
                {"epoch", st.epoch + (st.batch_in_epoch == steps_per_epoch ? 1 : 0)},
                {"test_loss", st.last_test_loss},
                {"test_acc", st.last_test_acc},
+               {"test_top5", st.last_test_top5},
                {"samples", r.samples},
                {"seconds", secs},
                {"train_seconds", st.train_seconds}});
-  log_info("eval after step {}: test accuracy {:.2f}%, loss {:.4f} ({} samples{}, {:.1f} s)", st.step,
-           100 * st.last_test_acc, st.last_test_loss, r.samples,
+  log_info("eval after step {}: test accuracy {:.2f}% (top-5 {:.2f}%), loss {:.4f} ({} samples{}, {:.1f} s)", st.step,
+           100 * st.last_test_acc, 100 * st.last_test_top5, st.last_test_loss, r.samples,
            comm ? fmt::format(" over {} ranks", world.size) : std::string(), secs);
 }
 
@@ -610,12 +641,13 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
   TrainSummary s;
   s.run_dir = dir->path();
   s.test_acc = st.last_test_acc;
+  s.test_top5 = st.last_test_top5;
   s.test_loss = st.last_test_loss;
   s.train_seconds = st.train_seconds;
   s.wall_seconds = seconds_since(wall_start);
   s.samples_per_s = st.step_seconds > 0 ? static_cast<double>(st.samples) / st.step_seconds : 0;
   s.steps = st.step;
-  s.params_sha256 = params_sha256(model->module());
+  s.params_sha256 = params_sha256(*model);
   s.already_complete = already_complete;
   s.precision = choice;
   const MicroBatchRecord& ran = step->ran();
@@ -631,6 +663,7 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
   }
   const StepCounters& c = step->counters();
   json j = {{"test_acc", s.test_acc},
+            {"test_top5", s.test_top5},
             {"test_loss", s.test_loss},
             {"train_seconds", s.train_seconds},
             {"step_seconds", st.step_seconds},
@@ -684,17 +717,69 @@ TrainSummary Trainer::Impl::evaluate_checkpoint(std::string path) {
   take_stored_choices(ckpt, path);
   from_checkpoint = true;
   build();
-  CheckpointIO::reader(ckpt, path).module("model.", model->module());
+  CheckpointIO::reader(ckpt, path).model("model.", *model);
   st.step = ckpt.meta_int("step", path);
   obs::MetricSinks none;  // eval writes nothing
   evaluate(none);
   TrainSummary s;
   s.run_dir = path;
   s.test_acc = st.last_test_acc;
+  s.test_top5 = st.last_test_top5;
   s.test_loss = st.last_test_loss;
   s.steps = st.step;
-  s.params_sha256 = params_sha256(model->module());
+  s.params_sha256 = params_sha256(*model);
   s.wall_seconds = seconds_since(wall_start);
+  return s;
+}
+
+// predict's model source, the one place it is decided (model.init weights and TorchScript
+// models are to join here): the checkpoint `path` or the newest that verifies in the run
+// folder, chosen by rank 0; builds the job with the checkpoint's stored choices (precision,
+// input convention) and loads its weights. Returns the source in words, for the log.
+std::string Trainer::Impl::load_predict_model(std::string path) {
+  const std::string ckpt_dir = (fs::path(job.run.dir) / job.run.name / "checkpoints").string();
+  std::optional<CheckpointData> ckpt;
+  if (main_rank() && path.empty()) {
+    if (!fs::is_directory(ckpt_dir)) {
+      throw bad_input("predict: {} does not exist (no run named {} in {}); give --checkpoint FILE or the run's "
+                      "run.dir/run.name",
+                      ckpt_dir, job.run.name, job.run.dir);
+    }
+    ckpt = CheckpointManager(ckpt_dir, 1).load_latest(&path);
+    if (!ckpt) throw bad_input("predict: {} holds no checkpoint that verifies", ckpt_dir);
+  }
+  if (comm) path = comm->broadcast_string("predict", path, 0);
+  if (!ckpt) ckpt = read_checkpoint(path);
+  take_stored_choices(*ckpt, path);
+  from_checkpoint = true;
+  build();
+  CheckpointIO::reader(*ckpt, path).model("model.", *model);
+  st.step = ckpt->meta_int("step", path);
+  return fmt::format("model of step {} from {}", st.step, path);
+}
+
+PredictSummary Trainer::Impl::predict(const PredictOptions& options) {
+  const PredictFormat format = check_predict_options(options);  // bad usage fails before any work
+  join_world();
+  PredictSummary s;
+  s.model = load_predict_model(options.checkpoint);
+  sync_bn_buffers();  // M2, as evaluate()
+  const auto t0 = Clock::now();
+  const Predictions p = Predictor(*model, *test_loader, *input, choice.value, device, comm.get()).run(options.top_k);
+  if (p.classes > 0 && p.k < options.top_k) {
+    log_info("predict: --top {} is more than the model's {} classes: each record lists all {}", options.top_k,
+             p.classes, p.k);
+  }
+  if (main_rank()) write_predictions(options.out, p, format);  // law 4
+  s.out = options.out;
+  s.samples = p.size();
+  s.k = p.k;
+  s.classes = p.classes;
+  s.step = st.step;
+  s.top1_acc = p.top1_accuracy();
+  s.topk_acc = p.topk_accuracy();
+  log_info("predict: {} samples in {:.1f} s{}", s.samples, seconds_since(t0),
+           comm ? fmt::format(" over {} ranks", world.size) : std::string());
   return s;
 }
 
@@ -739,7 +824,7 @@ TrainSummary Trainer::Impl::run() {
   }
   if (comm) {
     // Every replica starts from rank 0's weights, whatever its own initialisation or resume did.
-    dist::broadcast_module(*comm, model->module(), 0);
+    dist::broadcast_module(*comm, *model, 0);
   }
   const int64_t stop_step = job.train.max_steps > 0 ? std::min(job.train.max_steps, total_steps) : total_steps;
   if (st.step >= stop_step && st.last_eval_step == st.step) {
@@ -804,6 +889,7 @@ TrainSummary Trainer::Impl::run() {
     evaluate(sinks);
     save_checkpoint();
   }
+  if (main_rank()) export_model(*model, dir->path());
   return summarize(/*already_complete=*/false);
 }
 
@@ -812,5 +898,6 @@ Trainer::~Trainer() = default;
 
 TrainSummary Trainer::run() { return impl_->run(); }
 TrainSummary Trainer::evaluate_checkpoint(const std::string& path) { return impl_->evaluate_checkpoint(path); }
+PredictSummary Trainer::predict(const PredictOptions& options) { return impl_->predict(options); }
 
 }  // namespace crucible::train

@@ -122,11 +122,14 @@ TEST(ArrayInput, Uint8ArraysAreNormalisedLikeImages) {
                    "np.save('" + (d / "y.npy") + "', np.array([1, 0]))\n");
   std::shared_ptr<const ArraySource> src = load_array_source(d / "x.npy", d / "y.npy");
   const Batch b = sample_batch(ArrayPipeline(src, 0.0f, 0), 2);
-  DeviceInput in(src->spec(), {{0.5}, {0.25}, ValueRange::kUnit}, c10::kCPU, false);
+  DeviceInput in(src->spec(), {{0.5, 0.5, 0.5}, {0.25, 0.25, 0.25}, ValueRange::kUnit}, c10::kCPU, false);
   const at::Tensor want =
       ((at::arange(24, at::kFloat).view({2, 2, 2, 3}).permute({0, 3, 1, 2}) * 10 / 255.0) - 0.5) / 0.25;
   EXPECT_TRUE(at::allclose(in.images(b), want, 1e-5, 1e-5));
   EXPECT_FALSE(in.delivers().as_given);
+  // D4: uint8 arrays are images: one value for their 3 channels is refused, as for images.
+  test::expect_bad_input([&] { DeviceInput(src->spec(), {{0.5}, {0.25}, ValueRange::kUnit}, c10::kCPU, false); },
+                         {"data.mean has 1 value(s)", "3 channel(s)"});
 }
 
 }  // namespace

@@ -45,8 +45,8 @@ TEST(DeviceInput, NormalisesPerChannelInUnitUnits) {
 
 TEST(DeviceInput, ByteUnitsGiveTheSameResult) {
   Batch b = make_batch();
-  DeviceInput unit(b.spec, {{0.5}, {0.25}, ValueRange::kUnit}, c10::kCPU, false);
-  DeviceInput byte(b.spec, {{127.5}, {63.75}, ValueRange::kByte}, c10::kCPU, false);
+  DeviceInput unit(b.spec, {{0.5, 0.4, 0.3}, {0.25, 0.2, 0.5}, ValueRange::kUnit}, c10::kCPU, false);
+  DeviceInput byte(b.spec, {{127.5, 102.0, 76.5}, {63.75, 51.0, 127.5}, ValueRange::kByte}, c10::kCPU, false);
   EXPECT_TRUE(at::allclose(unit.images(b), byte.images(b), 1e-5, 1e-5));
 }
 
@@ -65,6 +65,30 @@ TEST(DeviceInput, WrongUnitsAreRefusedD4) {
   test::expect_bad_input(
       [&] { DeviceInput(s, {{0.4, 0.45, 0.5}, {0.2, 0.2, 0.2}, ValueRange::kUnit, ColorOrder::kBGR}, c10::kCPU, false); },
       {"RGB order", "BGR order", "mean_std_order"});
+}
+
+// D4: one value per channel. A single value is not spread over RGB (the default, Fashion-MNIST's
+// gray mean, on photos); the error names both keys, the counts, the channels and what to set.
+TEST(DeviceInput, OneValueForThreeChannelsIsRefusedD4) {
+  const ImageSpec rgb{2, 2, 3, ColorOrder::kRGB, ValueRange::kByte};
+  test::expect_bad_input([&] { DeviceInput(rgb, {{0.2860}, {0.3530}, ValueRange::kUnit}, c10::kCPU, false); },
+                         {"data.mean has 1 value(s)", "data.std has 1", "3 channel(s)", "set data.mean and data.std to 3",
+                          "RGB order", "data.mean = [0.485, 0.456, 0.406]", "data.std = [0.229, 0.224, 0.225]"});
+  // In byte units the suggestion is in byte units too.
+  test::expect_bad_input([&] { DeviceInput(rgb, {{72.9}, {90.0}, ValueRange::kByte}, c10::kCPU, false); },
+                         {"data.mean has 1 value(s)", "3 channel(s)", "data.mean_std_range = \"byte\"",
+                          "data.mean = [123.675, 116.28, 103.53]"});
+  // Mean and std of different lengths, and 3 values for 1 channel.
+  test::expect_bad_input(
+      [&] { DeviceInput(rgb, {{0.485, 0.456, 0.406}, {0.25}, ValueRange::kUnit}, c10::kCPU, false); },
+      {"data.mean has 3 value(s) and data.std has 1", "3 channel(s)"});
+  const ImageSpec gray{2, 2, 1, ColorOrder::kGray, ValueRange::kByte};
+  test::expect_bad_input(
+      [&] { DeviceInput(gray, {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}, ValueRange::kUnit}, c10::kCPU, false); },
+      {"data.mean has 3 value(s)", "1 channel(s)", "to 1 value(s) each"});
+  // One value per channel is accepted, gray and RGB.
+  DeviceInput(gray, {{0.2860}, {0.3530}, ValueRange::kUnit}, c10::kCPU, false);
+  DeviceInput(rgb, {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}, ValueRange::kUnit}, c10::kCPU, false);
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <sstream>
 
 #include "crucible/core/error.h"
 #include "crucible/core/sha256.h"
@@ -128,6 +130,110 @@ TEST(ImagePipeline, EvaluationCropIsDeterministic) {
   p.produce(1, 0, a.data());
   p.produce(1, 7, b.data());  // no randomness: every epoch sees the same centre crop
   EXPECT_EQ(a, b);
+}
+
+// The evaluation transform is torchvision's Resize(int(crop / 0.875)) + CenterCrop(crop) (the
+// ImageNet recipe: Resize(256) + CenterCrop(224)), compared with torchvision 0.14 + PIL on
+// generated images of assorted sizes, both orientations, down- and upscaled. PNGs (lossless)
+// carry sharp stripes about 1/12 of the image wide: only the resize's fixed-point rounding may
+// differ (max 1 level). JPEGs carry smooth waves (a JPEG of sharp coloured stripes is mostly
+// compression noise): decoded accurately at 224 they match to mean |diff| < 0.5 levels; where
+// crucible's decoder takes its shortcuts (1/8 DCT scale for crop 32 (D2), "fast" IDCT and
+// chroma upsampling) the pixels differ by a few levels. Either way the crop window must be
+// torchvision's: its crop fits better than the same crop moved by 1 or 2 pixels any way.
+TEST(ImagePipeline, EvaluationIsTorchvisionResizeThenCentreCrop) {
+  test::TempDir d;
+  const std::vector<std::pair<int, int>> sizes = {{500, 375}, {375, 500}, {333, 251}, {160, 213}, {97, 130}, {64, 64}};
+  std::string py = "import numpy as np, os\nfrom PIL import Image\nsizes = [";
+  for (const auto& [w, h] : sizes) py += "(" + std::to_string(w) + ", " + std::to_string(h) + "), ";
+  py += "]\n"
+        "for fmt in ('png', 'jpg'):\n"
+        "    os.makedirs(os.path.join('" + d.path() + "', fmt, 'c'), exist_ok=True)\n"
+        "    for i, (w, h) in enumerate(sizes):\n"
+        "        y, x = np.mgrid[0:h, 0:w]\n"
+        "        a = np.zeros((h, w, 3), np.uint8)\n"
+        "        if fmt == 'png':\n"
+        "            a[..., 0] = np.where((x // max(2, w // 24)) % 2 == 0, 230, 30)\n"
+        "            a[..., 1] = np.where((y // max(2, h // 24)) % 2 == 0, 220, 40)\n"
+        "        else:\n"
+        "            a[..., 0] = np.round(128 + 100 * np.sin(2 * np.pi * x / (w / 6)))\n"
+        "            a[..., 1] = np.round(128 + 100 * np.sin(2 * np.pi * y / (h / 6)))\n"
+        "        a[..., 2] = (x * 255 // w + y * 255 // h) // 2\n"
+        "        a[:3], a[-3:], a[:, :3], a[:, -3:] = (255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0)\n"
+        "        Image.fromarray(a).save(os.path.join('" + d.path() + "', fmt, 'c', '%02d.%s' % (i, fmt)), quality=95)\n";
+  test::run_python(py);
+  struct Case {
+    std::string format;
+    int crop;
+    std::string decode;  // "fast" | "accurate" | "cached" (data.cache = "decoded": from full resolution)
+  };
+  const std::vector<Case> cases = {{"png", 224, "fast"},     {"png", 32, "fast"},     {"png", 100, "fast"},
+                                   {"png", 224, "cached"},   {"png", 32, "cached"},   {"jpg", 224, "accurate"},
+                                   {"jpg", 32, "accurate"},  {"jpg", 224, "fast"},    {"jpg", 32, "fast"}};
+  std::string cases_py = "cases = [";
+  for (const Case& c : cases) {
+    ImagePipelineOptions o = options(c.crop);
+    o.train = false;
+    o.fast_decode = c.decode != "accurate";
+    if (c.decode == "cached") {
+      o.cache = CacheMode::kDecoded;
+      o.cache_bytes = int64_t{1} << 30;
+    }
+    ImagePipeline p(open_image_folder(d / c.format), o);
+    ASSERT_EQ(p.size(), static_cast<int64_t>(sizes.size()));
+    std::vector<uint8_t> px(static_cast<size_t>(c.crop) * c.crop * 3);
+    for (int64_t i = 0; i < p.size(); ++i) {
+      for (int pass = 0; pass < (c.decode == "cached" ? 2 : 1); ++pass) p.produce(i, 0, px.data());  // miss, hit
+      const std::string out =
+          d / (c.format + "_" + std::to_string(c.crop) + "_" + c.decode + "_" + std::to_string(i) + ".raw");
+      test::write_text(out, std::string(px.begin(), px.end()));
+      cases_py += "('" + c.format + "', " + std::to_string(c.crop) + ", '" + c.decode + "', " + std::to_string(i) +
+                  ", '" + out + "'), ";
+    }
+  }
+  cases_py += "]\n";
+  const std::string out = test::run_python(
+      "import numpy as np, os\nfrom PIL import Image\nimport torchvision.transforms as T\n" + cases_py +
+      "for fmt, crop, decode, i, raw in cases:\n"
+      "    img = Image.open(os.path.join('" + d.path() + "', fmt, 'c', '%02d.%s' % (i, fmt))).convert('RGB')\n"
+      "    want = np.asarray(T.Compose([T.Resize(int(crop / 0.875)), T.CenterCrop(crop)])(img), np.int16)\n"
+      "    got = np.fromfile(raw, np.uint8).reshape(crop, crop, 3).astype(np.int16)\n"
+      "    r = np.asarray(T.Resize(int(crop / 0.875))(img), np.int16)\n"
+      "    rh, rw = r.shape[:2]\n"
+      "    top, left = int(round((rh - crop) / 2.0)), int(round((rw - crop) / 2.0))\n"
+      "    assert (r[top:top + crop, left:left + crop] == want).all()\n"
+      "    shifted = [np.abs(r[top + dy:top + dy + crop, left + dx:left + dx + crop] - got).mean()\n"
+      "               for dy in range(-2, 3) for dx in range(-2, 3) if (dx, dy) != (0, 0)\n"
+      "               and 0 <= top + dy and top + dy + crop <= rh and 0 <= left + dx and left + dx + crop <= rw]\n"
+      "    diff = np.abs(want - got)\n"
+      "    print(fmt, crop, decode, img.size[0], img.size[1], '%.4f' % diff.mean(), int(diff.max()),\n"
+      "          '%.4f' % (min(shifted) if shifted else 999.0))\n");
+  std::istringstream lines(out);
+  std::string format, decode;
+  int crop = 0, w = 0, h = 0, max_diff = 0;
+  double mean_diff = 0, shifted = 0;
+  int n = 0;
+  while (lines >> format >> crop >> decode >> w >> h >> mean_diff >> max_diff >> shifted) {
+    ++n;
+    std::printf("eval transform vs torchvision: %s %dx%d crop %d (%s): mean |diff| %.3f, max %d; the crop moved by "
+                "1-2 px: mean |diff| >= %.3f\n",
+                format.c_str(), w, h, crop, decode.c_str(), mean_diff, max_diff, shifted);
+    const std::string what =
+        format + " " + std::to_string(w) + "x" + std::to_string(h) + " crop " + std::to_string(crop) + " " + decode;
+    EXPECT_LT(mean_diff, shifted) << what;  // torchvision's window, not one next to it
+    if (format == "png") {
+      EXPECT_LE(max_diff, 1) << what;  // the same pixels up to fixed-point rounding
+      EXPECT_LT(mean_diff, 0.05) << what;
+    } else if (decode == "accurate" && crop == 224) {
+      EXPECT_LT(mean_diff, 0.5) << what;  // libjpeg-turbo's accurate IDCT at full or 6/8 scale: as PIL's
+    } else {
+      // The decoder's own shortcuts, not the transform: 1/8 DCT scaling (crop 32 from a few
+      // hundred pixels: an 8×8 box, then the resize) or the fast IDCT with merged chroma
+      // upsampling (magnified when a 64-pixel image is upscaled to 256). Measured 1.1-7.6.
+      EXPECT_LT(mean_diff, 10.0) << what;
+    }
+  }
+  EXPECT_EQ(n, static_cast<int>(cases.size() * sizes.size())) << out;
 }
 
 class ThirstyPipeline : public SamplePipeline {

@@ -67,6 +67,42 @@ TEST(CenterCrop, KeepsTheCentralFraction) {
   EXPECT_EQ(r.y, 23);
 }
 
+// The evaluation geometry against torchvision 0.14's own arithmetic (transforms.Resize's
+// output size, CenterCrop's Python round, half to even) for every size from 1 to 300 against a
+// few others and assorted crops: the resized size and the crop's corner are equal.
+TEST(ResizeCentreCrop, EqualsTorchvisionResizeAndCenterCropArithmetic) {
+  const std::string out = test::run_python(
+      "from torchvision.transforms.functional import _compute_resized_output_size as size\n"
+      "for crop in (224, 32, 100, 7, 1):\n"
+      "    for w in range(1, 301):\n"
+      "        for h in (1, 3, 32, 37, 100, 255, 256, 257, 375, 1000):\n"
+      "            for a, b in ((w, h), (h, w)):\n"
+      "                rh, rw = size((b, a), [int(crop / 0.875)])\n"
+      "                print(crop, a, b, rw, rh, int(round((rw - crop) / 2.0)), int(round((rh - crop) / 2.0)))\n");
+  std::istringstream in(out);
+  int crop, w, h, rw, rh, left, top, n = 0, bad = 0;
+  while (in >> crop >> w >> h >> rw >> rh >> left >> top) {
+    ++n;
+    const ResizeCentreCrop r = resize_centre_crop(w, h, crop);
+    if (r.resized_width != rw || r.resized_height != rh || r.left != left || r.top != top) {
+      if (++bad <= 10) {
+        ADD_FAILURE() << w << "x" << h << " crop " << crop << ": torchvision " << rw << "x" << rh << " at (" << left
+                      << ", " << top << "), crucible " << r.resized_width << "x" << r.resized_height << " at ("
+                      << r.left << ", " << r.top << ")";
+      }
+    }
+  }
+  EXPECT_EQ(n, 5 * 300 * 10 * 2);
+  EXPECT_EQ(bad, 0);
+  // The ImageNet recipe on a 500×375 photo: Resize(256) → 341×256, CenterCrop(224) at (58, 16)
+  // (58.5 rounds to even).
+  const ResizeCentreCrop r = resize_centre_crop(500, 375, 224);
+  EXPECT_EQ(r.resized_width, 341);
+  EXPECT_EQ(r.resized_height, 256);
+  EXPECT_EQ(r.left, 58);
+  EXPECT_EQ(r.top, 16);
+}
+
 TEST(Resize, MatchesPilBilinearAntialiased) {
   test::TempDir d;
   const int sw = 97, sh = 61;

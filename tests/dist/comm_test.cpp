@@ -184,30 +184,30 @@ TEST(SyncBatchNorm, TwoRanksEqualOneProcessOnTheGlobalBatchM3) {
   compat::seed_cpu_generator(5);
   auto init = nn::make_model(mo, 1, 28, 28, 10);  // the starting weights and buffers of all
   auto whole = nn::make_model(mo, 1, 28, 28, 10);
-  copy_weights(whole->module(), init->module());
-  whole->module().train();
+  copy_weights((*whole->nn_module()), (*init->nn_module()));
+  (*whole->nn_module()).train();
   const at::Tensor logits = whole->forward(x);
   at::cross_entropy_loss(logits, y).backward();
-  const auto expected = grads_of(whole->module());
+  const auto expected = grads_of((*whole->nn_module()));
   std::vector<at::Tensor> expected_buffers;
-  for (const auto& b : whole->module().buffers()) expected_buffers.push_back(b.clone());
+  for (const auto& b : (*whole->nn_module()).buffers()) expected_buffers.push_back(b.clone());
 
   with_ranks(2, [&](int r, Comm& c) {
     auto m = nn::make_model(mo, 1, 28, 28, 10);
-    copy_weights(m->module(), init->module());
-    m->module().train();
-    EXPECT_EQ(nn::convert_sync_batchnorm(m->module(), &c), 4);
-    GradSync sync(c, m->module().parameters(), 25);
+    copy_weights((*m->nn_module()), (*init->nn_module()));
+    (*m->nn_module()).train();
+    EXPECT_EQ(nn::convert_sync_batchnorm((*m->nn_module()), &c), 4);
+    GradSync sync(c, (*m->nn_module()).parameters(), 25);
     const at::Tensor part = m->forward(x.narrow(0, 8 * r, 8));
     EXPECT_LT((part - logits.narrow(0, 8 * r, 8)).abs().max().item<float>(), 1e-5);
     at::cross_entropy_loss(part, y.narrow(0, 8 * r, 8)).backward();
     sync.finish();
-    const auto got = grads_of(m->module());
+    const auto got = grads_of((*m->nn_module()));
     for (size_t i = 0; i < got.size(); ++i) {
       const float scale = std::max(1.0f, expected[i].abs().max().item<float>());
       EXPECT_LT((got[i] - expected[i]).abs().max().item<float>() / scale, 1e-5) << "parameter " << i;
     }
-    const auto buffers = m->module().buffers();
+    const auto buffers = (*m->nn_module()).buffers();
     for (size_t i = 0; i < buffers.size(); ++i) {
       EXPECT_LT((buffers[i].to(at::kDouble) - expected_buffers[i].to(at::kDouble)).abs().max().item<double>(), 1e-5)
           << "buffer " << i;

@@ -123,6 +123,7 @@ TEST(TrainCli, RunFolderHoldsConfigMetricsCheckpointsAndSummary) {
   }
   // metrics.jsonl: one train record per log interval, one eval record per epoch.
   int train_records = 0, eval_records = 0;
+  json last_eval;
   std::istringstream lines(test::read_text(run + "/metrics.jsonl"));
   for (std::string line; std::getline(lines, line);) {
     json j = json::parse(line);
@@ -130,15 +131,21 @@ TEST(TrainCli, RunFolderHoldsConfigMetricsCheckpointsAndSummary) {
     if (j["type"] == "eval") {
       ++eval_records;
       EXPECT_EQ(j["samples"], 1000);
+      // X5: top-5 beside top-1, never below it (10 classes: k = 5).
+      EXPECT_GE(j["test_top5"].get<double>(), j["test_acc"].get<double>());
+      EXPECT_LE(j["test_top5"].get<double>(), 1.0);
+      last_eval = j;
     }
   }
   EXPECT_EQ(train_records, kStepsPerEpoch / 8);
   EXPECT_EQ(eval_records, 1);
   json s = read_json(run + "/summary.json");
-  for (const char* k : {"test_acc", "train_seconds", "wall_seconds", "samples_per_s", "precision", "memory_format",
-                        "params_sha256"}) {
+  for (const char* k : {"test_acc", "test_top5", "train_seconds", "wall_seconds", "samples_per_s", "precision",
+                        "memory_format", "params_sha256"}) {
     EXPECT_TRUE(s.contains(k)) << k;
   }
+  EXPECT_EQ(s["test_top5"], last_eval["test_top5"]);
+  expect_contains(test::read_text(run + "/train.log"), "(top-5 ");
   EXPECT_GT(s["test_acc"].get<double>(), 0.5);
   EXPECT_LE(s["test_acc"].get<double>(), 1.0);
   EXPECT_EQ(s["params_sha256"].get<std::string>().size(), 64u);
@@ -345,6 +352,7 @@ TEST(TrainCli, TrainsOnAnImageFolder) {
   const json s = read_json(d / "img/summary.json");
   EXPECT_EQ(s["samples"], 128);
   EXPECT_GE(s["test_acc"].get<double>(), 0.9);  // two classes of very different brightness
+  EXPECT_EQ(s["test_top5"].get<double>(), 1.0);  // X5: top-k with k = min(5, 2 classes) = 2: every sample
   // D3: mean/std listed in BGR order for RGB images is refused before training.
   auto bad = test::run_command({test::crucible_binary(), "train", "--set", "run.dir=" + d.path(), "--set",
                                 "run.name=bgr", "--set", "data.dataset=images", "--set",
@@ -353,6 +361,18 @@ TEST(TrainCli, TrainsOnAnImageFolder) {
                                 "data.std=[0.25, 0.25, 0.25]", "--set", "data.mean_std_order=BGR"});
   EXPECT_EQ(bad.exit_code, 2);
   expect_contains(bad.err, "BGR");
+  // D4: the default data.mean/data.std (one value, Fashion-MNIST's) on RGB photos is refused at
+  // start-up, not spread over the 3 channels.
+  auto one = test::run_command({test::crucible_binary(), "train", "--set", "run.dir=" + d.path(), "--set",
+                                "run.name=onevalue", "--set", "data.dataset=images", "--set",
+                                "data.train_path=" + (d / "train"), "--set", "data.test_path=" + (d / "test"), "--set",
+                                "data.crop=16"});
+  EXPECT_EQ(one.exit_code, 2) << one.out << one.err;
+  for (const char* m : {"data.mean has 1 value(s) and data.std has 1", "3 channel(s)",
+                        "set data.mean and data.std to 3 value(s) each", "data.mean = [0.485, 0.456, 0.406]"}) {
+    expect_contains(one.err, m);
+  }
+  EXPECT_FALSE(fs::exists(d / "onevalue/checkpoints/ckpt-000000001.safetensors"));
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ TEST(Lint, BiasBeforeBatchNormIsNamedM7) {
   ASSERT_EQ(found.size(), 1u);
   EXPECT_NE(found[0].find("block.conv (Conv2d with bias) feeds block.bn"), std::string::npos) << found[0];
   auto m = make_model(ModelOptions{}, 1, 28, 28, 10);
-  EXPECT_TRUE(lint_bias_before_norm(m->module()).empty());
+  EXPECT_TRUE(lint_bias_before_norm((*m->nn_module())).empty());
 }
 
 }  // namespace

@@ -18,27 +18,28 @@ namespace {
 TEST(EvalGuard, EvalModeNoGradAndRestoreM1) {
   compat::seed_cpu_generator(1);
   auto m = make_model(ModelOptions{}, 1, 28, 28, 10);
-  m->module().train();
+  m->train(true);
   at::Tensor x = at::randn({4, 1, 28, 28});
   {
-    EvalGuard g(m->module());
-    EXPECT_FALSE(m->module().is_training());
+    EvalGuard g(*m);
+    EXPECT_FALSE(m->is_training());
+    EXPECT_FALSE(m->nn_module()->children()[0]->is_training());  // every submodule
     at::Tensor a = m->forward(x), b = m->forward(x);
     EXPECT_FALSE(a.requires_grad());
     EXPECT_TRUE(at::equal(a, b));  // dropout off, BN running stats
   }
-  EXPECT_TRUE(m->module().is_training());
+  EXPECT_TRUE(m->is_training());
   at::Tensor t1 = m->forward(x);
   EXPECT_TRUE(t1.requires_grad());
-  m->module().eval();
-  { EvalGuard g(m->module()); }
-  EXPECT_FALSE(m->module().is_training());  // restores what it found
+  m->train(false);
+  { EvalGuard g(*m); }
+  EXPECT_FALSE(m->is_training());  // restores what it found
 }
 
 TEST(Model, ParameterNamesMatchTheBaseline) {
   auto m = make_model(ModelOptions{}, 1, 28, 28, 10);
   std::vector<std::string> names;
-  for (const auto& p : m->module().named_parameters()) names.push_back(p.key());
+  for (const auto& p : m->named_parameters()) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"conv1.weight", "bn1.weight", "bn1.bias", "conv2.weight", "bn2.weight",
                                              "bn2.bias", "conv3.weight", "bn3.weight", "bn3.bias", "conv4.weight",
                                              "bn4.weight", "bn4.bias", "fc1.weight", "fc1.bias", "fc2.weight",
@@ -110,15 +111,14 @@ TEST(ParamsSha256, ValuesNotMemoryFormat) {
   auto a = make_model(ModelOptions{}, 1, 28, 28, 10);
   compat::seed_cpu_generator(3);
   auto b = make_model(ModelOptions{}, 1, 28, 28, 10);
-  for (auto& p : b->module().parameters()) {
-    if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
-  }
-  EXPECT_EQ(train::params_sha256(a->module()), train::params_sha256(b->module()));
+  to_channels_last(*b);
+  EXPECT_TRUE(b->named_parameters()[0].tensor.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_EQ(train::params_sha256(*a), train::params_sha256(*b));
   {
     at::NoGradGuard g;
-    b->module().parameters()[0].view(-1)[0].add_(1e-6);
+    b->named_parameters()[0].tensor.view(-1)[0].add_(1e-6);
   }
-  EXPECT_NE(train::params_sha256(a->module()), train::params_sha256(b->module()));
+  EXPECT_NE(train::params_sha256(*a), train::params_sha256(*b));
 }
 
 }  // namespace

@@ -157,7 +157,7 @@ void expect_torchvision_forward(int depth) {
 
   compat::seed_cpu_generator(kSeed);
   auto model = make_resnet(depth, 3, kNumClasses);
-  torch::nn::Module& m = model->module();
+  torch::nn::Module& m = (*model->nn_module());
   // Same seed, same draws in the same order: every weight the oracle did not perturb (convs,
   // fc) is torchvision's own initial value, bit for bit.
   {
@@ -246,13 +246,13 @@ print(json.dumps(out))
       expected.emplace_back(e.at(0).get<std::string>(), e.at(1).get<std::vector<int64_t>>());
     }
     auto model = make_resnet(depth, 3, kNumClasses);
-    expect_same_keys(state_dict_order(model->module()), expected);
+    expect_same_keys(state_dict_order((*model->nn_module())), expected);
     std::vector<std::string> params;
-    for (const auto& p : model->module().named_parameters()) params.push_back(p.key());
+    for (const auto& p : (*model->nn_module()).named_parameters()) params.push_back(p.key());
     EXPECT_EQ(params, w.at("parameters").get<std::vector<std::string>>());
 
     auto gray = make_resnet(depth, 1, kNumClasses);
-    auto gray_order = state_dict_order(gray->module());
+    auto gray_order = state_dict_order((*gray->nn_module()));
     ASSERT_EQ(gray_order.size(), expected.size());
     EXPECT_EQ(gray_order[0], (std::pair<std::string, std::vector<int64_t>>{"conv1.weight", {64, 1, 7, 7}}));
     expected[0].second[1] = 1;
@@ -269,7 +269,7 @@ TEST(Resnet, InitialisationStatisticsAreTorchvisions) {
     SCOPED_TRACE("resnet" + std::to_string(depth));
     auto model = make_resnet(depth, 3, kNumClasses);
     int convs = 0, bns = 0;
-    for (const auto& item : model->module().named_modules()) {
+    for (const auto& item : (*model->nn_module()).named_modules()) {
       const std::string& name = item.key();
       torch::nn::Module& mod = *item.value();
       const auto own = mod.named_parameters(/*recurse=*/false);
@@ -311,7 +311,7 @@ TEST(Resnet, DescribesItselfAndRejectsUnknownDepths) {
   EXPECT_FALSE(spec.order.has_value());
   // Any size from 32×32 up (adaptive average pool), any channel count.
   at::NoGradGuard no_grad;
-  model->module().eval();
+  (*model->nn_module()).eval();
   EXPECT_EQ(model->forward(at::randn({1, 3, 32, 48})).sizes(), (std::vector<int64_t>{1, 1000}));
   EXPECT_EQ(make_resnet(50, 1, 7)->forward(at::randn({2, 1, 32, 32})).sizes(), (std::vector<int64_t>{2, 7}));
 

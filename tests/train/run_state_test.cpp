@@ -60,6 +60,7 @@ void randomise(Everything& e, int seed) {
   e.st.interval_samples = 99;
   e.st.interval_seconds = 0.1;
   e.st.last_test_acc = 0.8765432109876543;
+  e.st.last_test_top5 = 0.9876543210987654 - seed / 100.0;
   e.st.last_test_loss = 0.123;
   e.st.last_eval_step = 10;
   e.counter = 42 + seed;
@@ -93,6 +94,7 @@ TEST(RunState, CheckpointReadsBackEveryFieldItWrites) {
   b.fields(w2);
   expect_same(first, second);
   EXPECT_EQ(b.st.last_test_acc, a.st.last_test_acc);
+  EXPECT_EQ(b.st.last_test_top5, a.st.last_test_top5);
   EXPECT_EQ(b.st.step_seconds, a.st.step_seconds);
   EXPECT_EQ(b.text, "seed 1");
   EXPECT_EQ(first.meta.at("version"), "v1");
@@ -117,6 +119,15 @@ TEST(RunState, MissingOrMisshapenTensorsAreNamed) {
   CheckpointIO r = CheckpointIO::reader(no_extra, "old.safetensors");
   b.fields(r);
   EXPECT_TRUE(at::equal(b.extra, before));
+
+  // A checkpoint from before top-5 was recorded (X5) reads as "no top-5 yet".
+  CheckpointData no_top5 = data;
+  ASSERT_EQ(no_top5.meta.erase("last_test_top5"), 1u);
+  Everything c;
+  CheckpointIO r1 = CheckpointIO::reader(no_top5, "old.safetensors");
+  c.fields(r1);
+  EXPECT_EQ(c.st.last_test_top5, -1);
+  EXPECT_EQ(c.st.last_test_acc, a.st.last_test_acc);
 
   CheckpointData no_sum = data;
   no_sum.tensors.erase(std::remove_if(no_sum.tensors.begin(), no_sum.tensors.end(),

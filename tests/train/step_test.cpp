@@ -23,7 +23,7 @@ struct Grads {
 };
 
 Grads run(nn::Model& model, const at::Tensor& x, const at::Tensor& y, int64_t parts) {
-  for (auto& p : model.module().parameters()) p.mutable_grad().reset();
+  for (auto& p : (*model.nn_module()).parameters()) p.mutable_grad().reset();
   at::Tensor loss_sum = at::zeros({}, at::kDouble), correct = at::zeros({}, at::kLong);
   MicroBatchOptions o;
   o.parts = parts;
@@ -37,7 +37,7 @@ Grads run(nn::Model& model, const at::Tensor& x, const at::Tensor& y, int64_t pa
   EXPECT_EQ(calls, parts);
   EXPECT_EQ(last, 1);  // only the final micro-batch is marked (gradient sync arms there)
   Grads g;
-  for (auto& p : model.module().parameters()) g.grads.push_back(p.grad().clone());
+  for (auto& p : (*model.nn_module()).parameters()) g.grads.push_back(p.grad().clone());
   g.loss_sum = loss_sum.item<double>();
   g.correct = correct.item<int64_t>();
   return g;
@@ -47,7 +47,7 @@ TEST(Step, AccumulatedMicroBatchesGiveTheWholeBatchGradientM5) {
   compat::seed_cpu_generator(3);
   nn::ModelOptions mo;
   auto model = nn::make_model(mo, 1, 28, 28, 10);
-  model->module().eval();  // BatchNorm on running statistics: samples independent
+  (*model->nn_module()).eval();  // BatchNorm on running statistics: samples independent
   for (const auto& [batch, parts] : std::vector<std::pair<int64_t, int64_t>>{{128, 4}, {130, 4}, {67, 3}}) {
     const at::Tensor x = at::randn({batch, 1, 28, 28});
     const at::Tensor y = at::randint(0, 10, {batch}, at::kLong);

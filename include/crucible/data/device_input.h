@@ -20,7 +20,7 @@
 namespace crucible::data {
 
 struct NormalizeOptions {
-  std::vector<double> mean;  // one per channel (or one for all)
+  std::vector<double> mean;  // one per channel (a single value is not spread over several channels)
   std::vector<double> std;
   ValueRange range = ValueRange::kUnit;  // the units mean/std are given in
   ColorOrder order = ColorOrder::kRGB;   // the channel order mean/std are listed in (3 channels)
@@ -38,9 +38,10 @@ struct InputConvention {
 
 class DeviceInput {
  public:
-  // Throws bad_input when mean/std do not fit the image (channel count) or look like the other
-  // unit (D4: a 0–255 mean with range "unit", or a 0–1 mean with range "byte"); for float
-  // features `normalize` is not used (nor checked).
+  // Throws bad_input when mean/std do not have one value per channel (D4: one value is not
+  // spread over RGB), are listed in another channel order (D3), or look like the other unit
+  // (D4: a 0–255 mean with range "unit", or a 0–1 mean with range "byte"); for float features
+  // `normalize` is not used (nor checked).
   DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10::Device device, bool channels_last);
 
   at::Tensor images(const Batch& batch) const;  // [B, C, H, W] float32, normalised (features: as they are)

@@ -60,7 +60,9 @@ struct ImagePipelineOptions {
   int crop = 224;             // output is crop × crop
   bool train = true;          // RandomResizedCrop + flip; false: resize + centre crop, no flip
   RandomResizedCropOptions rrc;
-  double center_fraction = 0.875;  // evaluation: the centre crop keeps this fraction of the short side
+  // Evaluation: torchvision's Resize(int(crop / center_fraction)) + CenterCrop(crop) (for crop
+  // 224: Resize(256) + CenterCrop(224)), see resize_centre_crop.
+  double center_fraction = 0.875;
   float hflip = 0.5;
   CacheMode cache = CacheMode::kNone;  // D1
   int64_t cache_bytes = 0;     // budget of the cache; samples past it are not cached
@@ -69,8 +71,10 @@ struct ImagePipelineOptions {
   uint64_t augment_seed = 0;
 };
 
-// Encoded samples: decode only the crop at the smallest sufficient DCT scale (D2), resize to
-// crop × crop with an antialiased filter, flip, in the requested channel order.
+// Encoded samples. Training: decode only the crop at the smallest sufficient DCT scale (D2),
+// resize to crop × crop with an antialiased filter, flip. Evaluation: decode the whole image at
+// the smallest DCT scale that covers torchvision's Resize, resize, centre-crop. In the requested
+// channel order.
 class ImagePipeline final : public SamplePipeline {
  public:
   // Throws bad_input for an unknown cache kind or a crop < 1.
@@ -90,6 +94,7 @@ class ImagePipeline final : public SamplePipeline {
 
   std::shared_ptr<const SampleSource> source_;
   ImagePipelineOptions opt_;
+
   mutable std::vector<std::shared_ptr<const Cached>> cache_;  // guarded by cache_mu_ stripes
   mutable std::mutex cache_mu_[64];
   mutable std::atomic<int64_t> cache_used_{0};

@@ -20,10 +20,21 @@ struct RandomResizedCropOptions {
 // uniform aspect ratio that fits, then a centre crop clamped to the ratio range.
 Rect random_resized_crop(int width, int height, SampleRng& rng, const RandomResizedCropOptions& options = {});
 
-// The region that "resize the short side to crop / crop_fraction, then centre-crop crop × crop"
-// keeps (torchvision's Resize(256) + CenterCrop(224) for crop 224, fraction 0.875), in source
-// pixels.
+// The central square of round(short side × crop_fraction) source pixels: close to, but not
+// exactly, what torchvision's evaluation transform keeps (the pipeline uses resize_centre_crop).
 Rect center_crop_region(int width, int height, double crop_fraction = 0.875);
+
+// torchvision's evaluation transform, Resize(int(crop / fraction)) + CenterCrop(crop), on a
+// width × height image: the whole image is resized to resized_width × resized_height (the short
+// side to int(crop / fraction), the long side to int(that × long / short), as
+// transforms.Resize computes it) and crop × crop pixels are taken at (left, top) of the result
+// (Python's round, half to even, of half the margin, as transforms.CenterCrop). For the
+// ImageNet recipe (crop 224, fraction 0.875): Resize(256) + CenterCrop(224). fraction in (0, 1].
+struct ResizeCentreCrop {
+  int resized_width = 0, resized_height = 0;
+  int left = 0, top = 0;
+};
+ResizeCentreCrop resize_centre_crop(int width, int height, int crop, double fraction = 0.875);
 
 // Resizes the [src_h, src_w, channels] uint8 image region (`src_stride` bytes per row) to
 // [dst_h, dst_w, channels], with PIL's antialiased bilinear filter (a triangle widened by the

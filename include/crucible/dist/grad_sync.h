@@ -19,6 +19,10 @@ namespace torch::nn {
 class Module;
 }
 
+namespace crucible::nn {
+class Model;
+}
+
 namespace crucible::dist {
 
 class Comm;
@@ -48,10 +52,12 @@ class GradSync {
 // Parameters and buffers of `module` from rank `root` to every rank (start of training, so
 // that all ranks begin from the same weights whatever their own initialisation did).
 void broadcast_module(Comm& comm, torch::nn::Module& module, int root = 0);
+void broadcast_module(Comm& comm, nn::Model& model, int root = 0);
 
 // M2: BatchNorm running statistics made equal across ranks: "broadcast" takes rank 0's,
 // "average" the mean over ranks. Other buffers (counters) are broadcast. Call before
 // evaluating and before a checkpoint.
 void sync_buffers(Comm& comm, torch::nn::Module& module, const std::string& policy);
+void sync_buffers(Comm& comm, nn::Model& model, const std::string& policy);
 
 }  // namespace crucible::dist

@@ -5,21 +5,19 @@
 
 #include <c10/core/GradMode.h>
 
-namespace torch::nn {
-class Module;
-}
-
 namespace crucible::nn {
+
+class Model;
 
 class EvalGuard {
  public:
-  explicit EvalGuard(torch::nn::Module& module);
+  explicit EvalGuard(Model& model);
   ~EvalGuard();
   EvalGuard(const EvalGuard&) = delete;
   EvalGuard& operator=(const EvalGuard&) = delete;
 
  private:
-  torch::nn::Module& module_;
+  Model& model_;
   bool was_training_;
   c10::NoGradGuard no_grad_;
 };

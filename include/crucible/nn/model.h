@@ -16,6 +16,7 @@
 #include "crucible/data/device_input.h"
 
 #include "crucible/nn/model_options.h"
+#include "crucible/nn/named_tensor.h"
 
 namespace torch::nn {
 class Module;
@@ -47,15 +48,46 @@ struct InputSpec {
 // in ckpt-….safetensors"), both conventions and the config keys to change.
 void check_input(const InputSpec& expected, const data::InputConvention& delivered, const std::string& model);
 
-// Not thread-safe: one thread trains or evaluates a model.
+// A model is its forward, its named tensors, its mode and its device: what training, evaluation,
+// checkpoints and fine-tuning need, whether it is a torch::nn module (the zoo) or a TorchScript
+// module (model.name = "torchscript"). Not thread-safe: one thread trains or evaluates a model.
 class Model {
  public:
   virtual ~Model() = default;
   // [batch, channels, height, width] float → [batch, num_classes] logits.
   virtual at::Tensor forward(const at::Tensor& x) = 0;
-  virtual torch::nn::Module& module() = 0;
+  // Every parameter (trainable or frozen), then every buffer, by state_dict name and in
+  // state_dict order; the tensors are the model's own (writing into them changes the model).
+  virtual std::vector<NamedTensor> named_parameters() = 0;
+  virtual std::vector<NamedTensor> named_buffers() = 0;
+  // Train mode (BatchNorm on batch statistics, Dropout on) or eval mode, for every submodule.
+  virtual void train(bool on) = 0;
+  virtual bool is_training() const = 0;
+  virtual void to(c10::Device device) = 0;
+  // The torch::nn module behind the model, for the torch::nn-only features (SyncBatchNorm
+  // conversion, the bias-before-BatchNorm lint); nullptr where there is none (TorchScript).
+  virtual torch::nn::Module* nn_module() { return nullptr; }
+  // Writes the model as a module Python loads with torch.jit.load to `path` (atomically) and
+  // returns true; false where the model cannot be written so (the zoo's torch::nn models).
+  virtual bool save_torchscript(const std::string& /*path*/) { return false; }
   virtual InputSpec input_spec() const = 0;
   virtual std::string describe() const = 0;
+};
+
+// A Model around a torch::nn::Module: tensors, mode and device are the module's. The zoo's
+// models derive from it and add forward, input_spec and describe.
+class ModuleModel : public Model {
+ public:
+  explicit ModuleModel(std::shared_ptr<torch::nn::Module> module);
+  std::vector<NamedTensor> named_parameters() override;
+  std::vector<NamedTensor> named_buffers() override;
+  void train(bool on) override;
+  bool is_training() const override;
+  void to(c10::Device device) override;
+  torch::nn::Module* nn_module() override { return module_.get(); }
+
+ private:
+  std::shared_ptr<torch::nn::Module> module_;
 };
 
 // What a model is built for: its options and the data's channels, size and class count.
@@ -77,7 +109,11 @@ std::unique_ptr<Model> make_model(const ModelOptions& options, int64_t in_channe
 // Stores the 4-D (convolution) weights in channels_last (NHWC) memory format.
 void to_channels_last(Model& model);
 
-// Number of trainable parameters.
+// Number of parameter elements (trainable or frozen).
 int64_t parameter_count(Model& model);
+
+// The model's torch::nn module, for a feature that only torch::nn models have (`feature`, e.g.
+// "dist.bn = sync"): throws bad_input naming the feature when the model has none (TorchScript).
+torch::nn::Module& require_nn_module(Model& model, const std::string& feature);
 
 }  // namespace crucible::nn

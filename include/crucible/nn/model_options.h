@@ -10,6 +10,8 @@ namespace crucible::nn {
 struct ModelOptions {
   std::string name = "fmnist_cnn";
   double dropout = 0.25;
+  // model.name = "torchscript": the module file (torch.jit.save(torch.jit.script(model))).
+  std::string path;
   // Fine-tuning: weights to start from (a torch.save state_dict .pt or a .safetensors file);
   // "" = the model's own initialisation.
   std::string init;

@@ -1,6 +1,6 @@
 // Evaluator: the model on a whole test set, with exact figures under data parallel (X2/X5):
-// per-sample results (sample id, loss, correct) stay on the device, are gathered from every
-// rank, the sampler's padding is dropped (first occurrence of each id kept), and the metrics
+// per-sample results (sample id, loss, top-1 hit, top-5 hit) stay on the device, are gathered
+// from every rank, the sampler's padding is dropped (first occurrence of each id kept), and the metrics
 // are computed once over the whole set in id order, as a single process would. Runs in eval
 // mode without gradients (M1), restoring the mode after. Not thread-safe.
 #pragma once
@@ -28,7 +28,8 @@ class Loss;
 
 struct EvalResult {
   double loss = 0;      // mean per-sample loss (no label smoothing)
-  double acc = 0;       // top-1, 0–1
+  double acc = 0;       // top-1, 0–1 (argmax: the first of tied maxima)
+  double top5 = 0;      // top-k, k = min(5, classes), 0–1: the label among torch.topk's k indices
   int64_t samples = 0;  // distinct samples evaluated (over all ranks)
 };
 

@@ -13,8 +13,8 @@
 #include "crucible/nn/model_options.h"
 #include "crucible/train/optimizer.h"  // NamedTensor
 
-namespace torch::nn {
-class Module;
+namespace crucible::nn {
+class Model;
 }
 
 namespace crucible::train {
@@ -32,12 +32,12 @@ struct InitReport {
 // dimension is `num_classes` in the model and differs in the file, all else equal (Linear
 // weight and bias), keeps its fresh initialisation. Throws bad_input naming the file and the
 // names (missing, unexpected, mis-shapen).
-InitReport load_initial_weights(torch::nn::Module& module, const nn::ModelOptions& options, int64_t num_classes);
+InitReport load_initial_weights(nn::Model& module, const nn::ModelOptions& options, int64_t num_classes);
 
 // The parameters to optimise, in the model's order: all but those whose names match a
 // model.freeze glob (those get requires_grad = false and are listed in `frozen`). A pattern
 // that matches no parameter is bad_input (a typo must not silently train everything).
-std::vector<NamedTensor> trainable_parameters(torch::nn::Module& module, const std::vector<std::string>& freeze,
+std::vector<NamedTensor> trainable_parameters(nn::Model& module, const std::vector<std::string>& freeze,
                                               std::vector<std::string>* frozen);
 
 }  // namespace crucible::train

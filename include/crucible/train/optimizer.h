@@ -16,14 +16,12 @@
 
 #include "crucible/core/registry.h"
 
+#include "crucible/nn/named_tensor.h"
 #include "crucible/train/optim_options.h"
 
 namespace crucible::train {
 
-struct NamedTensor {
-  std::string name;
-  at::Tensor tensor;
-};
+using NamedTensor = nn::NamedTensor;
 
 // A set of parameters sharing options.
 struct ParamGroup {

@@ -17,6 +17,10 @@ namespace torch::nn {
 class Module;
 }
 
+namespace crucible::nn {
+class Model;
+}
+
 namespace crucible::train {
 
 struct RunState {
@@ -30,6 +34,7 @@ struct RunState {
   int64_t interval_samples = 0;  // samples in the current log interval
   double interval_seconds = 0;   // time in steps of the current log interval
   double last_test_acc = -1, last_test_loss = 0;
+  double last_test_top5 = -1;  // top-k (k = min(5, classes)); -1 also from a checkpoint older than the field
   int64_t last_eval_step = -1;
 };
 
@@ -51,6 +56,9 @@ class CheckpointIO {
   void tensor(const std::string& name, at::Tensor& t, bool required = true);
   // Every parameter then buffer of `module` as `prefix` + its name.
   void module(const std::string& prefix, torch::nn::Module& module);
+  // The same for any model (a torch::nn one or a TorchScript one): its named parameters, then
+  // its named buffers.
+  void model(const std::string& prefix, nn::Model& model);
   // Tensors under `prefix` handed over as a list (optimizer state): `get` gives them to write,
   // `set` takes them (the prefix removed) when reading.
   void tensor_list(const std::string& prefix, const std::function<std::vector<NamedTensor>()>& get,

@@ -14,11 +14,14 @@
 #include "crucible/train/job_config.h"
 #include "crucible/train/precision.h"
 
-namespace torch::nn {
-class Module;
+namespace crucible::nn {
+class Model;
 }
 
 namespace crucible::train {
+
+struct PredictOptions;  // predict.h
+struct PredictSummary;
 
 struct TrainFlags {
   bool resume = false;   // require an existing run to continue (a rerun resumes anyway)
@@ -39,6 +42,7 @@ struct PrecisionChoice {
 struct TrainSummary {
   std::string run_dir;
   double test_acc = 0;        // 0–1
+  double test_top5 = 0;       // 0–1, top-k with k = min(5, classes)
   double test_loss = 0;
   double train_seconds = 0;   // training steps + evaluations + checkpoint writes, all sessions
   double wall_seconds = 0;    // this process, start to finish
@@ -70,6 +74,13 @@ class Trainer {
   // equal a single process's. Fills run_dir, test_acc, test_loss, steps, params_sha256.
   TrainSummary evaluate_checkpoint(const std::string& path = "");
 
+  // `crucible predict` (predict.h): the model (options.checkpoint, default as above) on the
+  // whole test set, each sample's top-K classes and probabilities written by rank 0 to
+  // options.out atomically, in sample order; evaluated as evaluate_checkpoint does, so the
+  // file's top-1 accuracy equals its test_acc. bad_input for K < 1, an unknown extension or
+  // no checkpoint.
+  PredictSummary predict(const PredictOptions& options);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -81,7 +92,7 @@ RegisteredNames registered_names();
 
 // SHA-256 over parameters then buffers in registration order: name, dtype, shape and the
 // values in C order (independent of memory format).
-std::string params_sha256(torch::nn::Module& module);
+std::string params_sha256(nn::Model& model);
 
 // Asks a running Trainer to stop at the next step boundary, checkpoint and return (SIGINT).
 void request_stop();

@@ -1,0 +1,93 @@
+// `crucible predict`: each test sample's K most likely classes and their softmax probabilities,
+// written in sample order as JSONL or CSV. The Predictor runs the model as the Evaluator does
+// (eval mode without gradients, the checkpoint's precision; under data parallel the test set is
+// sharded, rows gathered and the padding dropped, X2), so its top-1 equals `crucible eval`'s.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+
+#include "crucible/train/precision.h"
+
+namespace crucible::nn {
+class Model;
+}
+namespace crucible::data {
+class Loader;
+class DeviceInput;
+}  // namespace crucible::data
+namespace crucible::dist {
+class Comm;
+}
+
+namespace crucible::train {
+
+struct PredictOptions {
+  std::string out;         // the file to write: ".jsonl" or ".csv" (anything else is bad_input)
+  int64_t top_k = 5;       // K ≥ 1 classes per sample; clamped to the model's class count
+  std::string checkpoint;  // the model's weights; empty = the newest checkpoint that verifies in
+                           // <run.dir>/<run.name>/checkpoints
+};
+
+enum class PredictFormat {
+  kJsonl,  // {"index":i,"label":y,"top":[c1,…,cK],"prob":[p1,…,pK]} per line
+  kCsv,    // header index,label,top1,…,topK,prob1,…,probK; one row per sample
+};
+
+// The format `options.out` names by its extension. bad_input for K < 1 or another extension,
+// before any work is done.
+PredictFormat check_predict_options(const PredictOptions& options);
+
+// Every sample's prediction, in sample id order (ids 0..N-1 of the test pipeline, each once).
+struct Predictions {
+  int64_t k = 0;               // classes per sample: min(K, classes)
+  int64_t classes = 0;         // the model's output width (0 when no sample was seen)
+  std::vector<int64_t> index;  // [n] sample ids, ascending
+  std::vector<int64_t> label;  // [n]
+  std::vector<int64_t> top;    // [n, k] class ids, best first; equal logits: lower id first (argmax's pick)
+  std::vector<double> prob;    // [n, k] softmax probabilities (computed in double) of those classes
+  int64_t size() const { return static_cast<int64_t>(index.size()); }
+  double top1_accuracy() const;  // fraction with top[0] == label, 0–1 (0 when empty)
+  double topk_accuracy() const;  // fraction with label among the k
+};
+
+// The whole file's text. Numbers are written as the shortest decimal that reads back as the
+// same double, identically in both formats.
+std::string format_predictions(const Predictions& p, PredictFormat format);
+
+// Writes format_predictions(p, format) to `path` atomically (law 5): temp file, fsync, rename;
+// a failure leaves no half-written file. runtime_error naming the path.
+void write_predictions(const std::string& path, const Predictions& p, PredictFormat format);
+
+class Predictor {
+ public:
+  // Everything must outlive the predictor; `comm` is null in a single process. Not thread-safe.
+  Predictor(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Precision& precision,
+            c10::Device device, dist::Comm* comm = nullptr);
+  // One pass over the loader (epoch 0). Under data parallel every rank returns the whole set.
+  Predictions run(int64_t top_k);
+
+ private:
+  nn::Model& model_;
+  data::Loader& loader_;
+  const data::DeviceInput& input_;
+  Precision precision_;
+  c10::Device device_;
+  dist::Comm* comm_;
+};
+
+struct PredictSummary {
+  std::string out;    // the file written (by rank 0)
+  std::string model;  // where the model came from, in words
+  int64_t samples = 0;
+  int64_t k = 0;  // after clamping
+  int64_t classes = 0;
+  int64_t step = 0;     // the checkpoint's training step
+  double top1_acc = 0;  // over the file, 0–1
+  double topk_acc = 0;
+};
+
+}  // namespace crucible::train

@@ -1,0 +1,134 @@
+// Predictor and the prediction file formats (see predict.h).
+#include "crucible/train/predict.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "crucible/core/compat.h"
+#include "crucible/core/error.h"
+#include "crucible/core/file.h"
+#include "crucible/data/device_input.h"
+#include "crucible/data/loader.h"
+#include "crucible/dist/comm.h"
+#include "crucible/nn/mode_guard.h"
+#include "crucible/nn/model.h"
+#include "crucible/train/step.h"
+
+namespace crucible::train {
+
+PredictFormat check_predict_options(const PredictOptions& options) {
+  if (options.top_k < 1) throw bad_input("predict: --top {}: K must be at least 1", options.top_k);
+  if (options.out.empty()) throw bad_input("predict: give --out FILE (.jsonl or .csv)");
+  const std::string ext = std::filesystem::path(options.out).extension().string();
+  if (ext == ".jsonl") return PredictFormat::kJsonl;
+  if (ext == ".csv") return PredictFormat::kCsv;
+  throw bad_input("predict: --out {}: unknown extension \"{}\"; expected .jsonl (one JSON object per line) or .csv",
+                  options.out, ext);
+}
+
+double Predictions::top1_accuracy() const {
+  int64_t hits = 0;
+  for (int64_t i = 0; i < size(); ++i) hits += top[static_cast<size_t>(i * k)] == label[static_cast<size_t>(i)];
+  return size() > 0 ? static_cast<double>(hits) / static_cast<double>(size()) : 0.0;
+}
+
+double Predictions::topk_accuracy() const {
+  int64_t hits = 0;
+  for (int64_t i = 0; i < size(); ++i) {
+    const auto row = top.begin() + i * k;
+    hits += std::find(row, row + k, label[static_cast<size_t>(i)]) != row + k;
+  }
+  return size() > 0 ? static_cast<double>(hits) / static_cast<double>(size()) : 0.0;
+}
+
+std::string format_predictions(const Predictions& p, PredictFormat format) {
+  fmt::memory_buffer b;
+  auto out = std::back_inserter(b);
+  const auto k = static_cast<size_t>(p.k);
+  if (format == PredictFormat::kCsv) {
+    fmt::format_to(out, "index,label");
+    for (size_t j = 1; j <= k; ++j) fmt::format_to(out, ",top{}", j);
+    for (size_t j = 1; j <= k; ++j) fmt::format_to(out, ",prob{}", j);
+    fmt::format_to(out, "\n");
+  }
+  for (size_t i = 0; i < p.index.size(); ++i) {
+    const int64_t* top = p.top.data() + i * k;
+    const double* prob = p.prob.data() + i * k;
+    if (format == PredictFormat::kJsonl) {
+      // fmt's "{}" of a double is the shortest text that reads back as it: a valid JSON number.
+      fmt::format_to(out, "{{\"index\":{},\"label\":{},\"top\":[{}],\"prob\":[{}]}}\n", p.index[i], p.label[i],
+                     fmt::join(top, top + k, ","), fmt::join(prob, prob + k, ","));
+    } else {
+      fmt::format_to(out, "{},{},{},{}\n", p.index[i], p.label[i], fmt::join(top, top + k, ","),
+                     fmt::join(prob, prob + k, ","));
+    }
+  }
+  return fmt::to_string(b);
+}
+
+void write_predictions(const std::string& path, const Predictions& p, PredictFormat format) {
+  write_file_atomic(path, format_predictions(p, format));
+}
+
+Predictor::Predictor(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Precision& precision,
+                     c10::Device device, dist::Comm* comm)
+    : model_(model), loader_(loader), input_(input), precision_(precision), device_(device), comm_(comm) {}
+
+Predictions Predictor::run(int64_t top_k) {
+  Predictions p;
+  std::vector<at::Tensor> rows;  // per batch: [b, 2 + 2k] double: id, label, top k ids, their probabilities
+  {
+    nn::EvalGuard guard(model_);  // M1: eval mode + no grad, restored after
+    compat::AutocastGuard amp(device_.type(), autocast_dtype(precision_), precision_.mixed());
+    loader_.start_epoch(0);
+    while (auto batch = loader_.next()) {
+      const at::Tensor x = input_.images(*batch);
+      const at::Tensor y = input_.labels(*batch);
+      const at::Tensor logits = model_.forward(x);  // [b, classes], the Evaluator's (its argmax is top-1)
+      if (p.k == 0) {
+        p.classes = logits.size(1);
+        p.k = std::min(top_k, p.classes);
+      }
+      // Ranked by the logits as they are (bf16 under autocast): a stable descending sort keeps
+      // the lower class id first among equal logits, the one argmax picks, so top[0] is exactly
+      // the Evaluator's prediction. Probabilities in double (autocast leaves double alone).
+      const at::Tensor top =
+          std::get<1>(at::sort(logits, /*stable=*/true, /*dim=*/1, /*descending=*/true)).narrow(1, 0, p.k);
+      const at::Tensor prob = at::softmax(logits.to(at::kDouble), 1).gather(1, top);
+      const at::Tensor ids = at::tensor(batch->sample_ids, at::kLong).to(device_);
+      rows.push_back(
+          at::cat({ids.unsqueeze(1).to(at::kDouble), y.unsqueeze(1).to(at::kDouble), top.to(at::kDouble), prob}, 1));
+    }
+  }
+  // No sample at all (an empty test set: the sampler gives every rank one when there is any).
+  if (p.k == 0) p.k = top_k;
+  const int64_t width = 2 + 2 * p.k;
+  const at::Tensor local =
+      rows.empty() ? at::zeros({0, width}, at::TensorOptions().dtype(at::kDouble).device(device_)) : at::cat(rows);
+  at::Tensor all = comm_ != nullptr ? comm_->all_gather_varying(local) : local;
+  all = all.to(at::kCPU).contiguous();
+  const int64_t n = all.size(0);
+  const double* r = all.data_ptr<double>();
+  std::vector<std::pair<int64_t, int64_t>> order;  // (sample id, row)
+  order.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order.emplace_back(static_cast<int64_t>(r[width * i]), i);
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i > 0 && order[i].first == order[i - 1].first) continue;  // X2: the sampler's padding
+    const double* row = r + width * order[i].second;
+    p.index.push_back(order[i].first);
+    p.label.push_back(static_cast<int64_t>(row[1]));
+    for (int64_t j = 0; j < p.k; ++j) p.top.push_back(static_cast<int64_t>(row[2 + j]));
+    p.prob.insert(p.prob.end(), row + 2 + p.k, row + 2 + 2 * p.k);
+  }
+  return p;
+}
+
+}  // namespace crucible::train

@@ -1,0 +1,238 @@
+// The Evaluator against an oracle (X2, X5): a stub model returns fixed logits per sample, so
+// top-1, top-5 and the mean loss over the test set can be computed independently here, over the
+// whole table at once — torch.topk's choice among tied logits at the k-th place included. The
+// figures are the same for every batch size (a last partial batch counted once per sample), and
+// on 2 and 3 ranks (Gloo, every rank a thread) with the sampler's padding dropped by sample id.
+#include "crucible/train/evaluator.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "crucible/data/device_input.h"
+#include "crucible/data/loader.h"
+#include "crucible/data/pipeline.h"
+#include "crucible/data/source.h"
+#include "crucible/dist/comm.h"
+#include "crucible/dist/launch.h"
+#include "crucible/nn/model.h"
+#include "crucible/train/job_config.h"
+#include "crucible/train/loss.h"
+
+namespace crucible::train {
+namespace {
+
+constexpr int64_t kSamples = 23;  // a prime: no batch size or rank count above 1 divides it
+
+// Sample i is a 1×1 gray image of value i; the model answers row i of a fixed logits table.
+class TableModel final : public nn::ModuleModel {
+ public:
+  explicit TableModel(at::Tensor table)
+      : ModuleModel(std::make_shared<torch::nn::Module>()), table_(std::move(table)) {}
+  at::Tensor forward(const at::Tensor& x) override {
+    // DeviceInput hands over x = i / 255 (mean 0, std 1, 0–1 units).
+    const at::Tensor ids = (x.reshape({x.size(0)}) * 255.0).round().to(at::kLong);
+    return table_.index_select(0, ids);
+  }
+  nn::InputSpec input_spec() const override { return {}; }
+  std::string describe() const override { return "logits table"; }
+
+ private:
+  at::Tensor table_;
+};
+
+struct Fixture {
+  at::Tensor table;                  // [kSamples, classes] float logits
+  std::vector<int64_t> labels;       // kSamples
+};
+
+// Smooth pseudo-random logits, and for 10 classes rows with ties: rows 0–9 all equal (every
+// class tied, label = row), rows 10–12 tied at the 5th place (classes 4, 5 and 6 share the 5th
+// largest logit; labels 4, 5, 6).
+Fixture make_fixture(int64_t classes) {
+  Fixture f;
+  f.table = at::empty({kSamples, classes}, at::kFloat);
+  auto t = f.table.accessor<float, 2>();
+  for (int64_t i = 0; i < kSamples; ++i) {
+    for (int64_t c = 0; c < classes; ++c) t[i][c] = static_cast<float>(3.0 * std::sin(7.3 * i + 1.9 * c + 0.4));
+    f.labels.push_back((3 * i + 1) % classes);
+  }
+  if (classes == 10) {
+    for (int64_t i = 0; i < 10; ++i) {
+      for (int64_t c = 0; c < 10; ++c) t[i][c] = 0.0f;
+      f.labels[static_cast<size_t>(i)] = i;
+    }
+    const float kth[10] = {9, 8, 7, 6, 5, 5, 5, 0, 0, 0};
+    for (int64_t i = 10; i < 13; ++i) {
+      for (int64_t c = 0; c < 10; ++c) t[i][c] = kth[c];
+      f.labels[static_cast<size_t>(i)] = i - 6;  // 4, 5, 6
+    }
+  }
+  return f;
+}
+
+struct Oracle {
+  double acc = 0, top5 = 0, loss = 0;
+  std::vector<bool> hit5;  // per sample
+};
+
+// Over the whole table at once, independent of batching, sharding and gathering: top-1 as
+// argmax (the first of tied maxima), top-k (k = min(5, classes)) as torch.topk chooses, the
+// loss by hand in double: logsumexp(row) - row[label], no label smoothing.
+Oracle oracle(const Fixture& f) {
+  Oracle o;
+  const int64_t classes = f.table.size(1);
+  const at::Tensor y = at::tensor(f.labels, at::kLong);
+  o.acc = f.table.argmax(1).eq(y).sum().item<double>() / kSamples;
+  const at::Tensor top = std::get<1>(f.table.topk(std::min<int64_t>(5, classes), 1, true, true));
+  const at::Tensor hit = top.eq(y.unsqueeze(1)).any(1);
+  o.top5 = hit.sum().item<double>() / kSamples;
+  for (int64_t i = 0; i < kSamples; ++i) o.hit5.push_back(hit[i].item<bool>());
+  auto t = f.table.accessor<float, 2>();
+  double total = 0;
+  for (int64_t i = 0; i < kSamples; ++i) {
+    double m = -1e300, s = 0;
+    for (int64_t c = 0; c < classes; ++c) m = std::max(m, static_cast<double>(t[i][c]));
+    for (int64_t c = 0; c < classes; ++c) s += std::exp(static_cast<double>(t[i][c]) - m);
+    total += m + std::log(s) - t[i][f.labels[static_cast<size_t>(i)]];
+  }
+  o.loss = total / kSamples;
+  return o;
+}
+
+// The Evaluator over the fixture with `batch` samples per batch, as rank `rank` of `ranks`.
+EvalResult evaluate(const Fixture& f, int64_t batch, dist::Comm* comm = nullptr, int rank = 0, int ranks = 1) {
+  const data::ImageSpec spec{1, 1, 1, data::ColorOrder::kGray, data::ValueRange::kByte};
+  std::vector<uint8_t> pixels(kSamples);
+  for (int64_t i = 0; i < kSamples; ++i) pixels[static_cast<size_t>(i)] = static_cast<uint8_t>(i);
+  auto source = std::make_shared<data::InMemorySource>(spec, pixels, f.labels, "logits fixture");
+  auto pipeline = std::make_shared<data::ArrayPipeline>(source, 0.0f, 0);
+  data::LoaderOptions lo;
+  lo.batch_size = batch;
+  lo.threads = 1;
+  // As the Trainer shards the test set: in order, padded (X2).
+  data::Loader loader(pipeline, data::Sampler(kSamples, false, 0, {ranks, rank, false}), lo);
+  const data::DeviceInput input(spec, {{0.0}, {1.0}, data::ValueRange::kUnit}, c10::kCPU, false);
+  TableModel model(f.table);
+  LossSection ls;  // cross_entropy with label smoothing 0.1 for training; evaluation reports without
+  const std::unique_ptr<Loss> loss = make_loss({ls, f.table.size(1), c10::kCPU});
+  Evaluator ev(model, loader, input, *loss, Precision{}, c10::kCPU, comm);
+  return ev.run();
+}
+
+// X5: top-1, top-5 and loss equal the oracle's, ties at the 5th place included.
+TEST(Evaluator, TopOneTopFiveAndLossEqualAnOracleX5) {
+  const Fixture f = make_fixture(10);
+  const Oracle want = oracle(f);
+  // The tie rows decide between rules: "fewer than 5 classes score higher" would count rows
+  // 10–12 (and 0–9) all as hits, "the lowest indices win" rows 0–4; torch.topk does neither.
+  int tie_hits = 0, tie_misses = 0;
+  for (int64_t i = 0; i < 13; ++i) (want.hit5[static_cast<size_t>(i)] ? tie_hits : tie_misses)++;
+  EXPECT_GT(tie_hits, 0);
+  EXPECT_GT(tie_misses, 0);
+  int kth_hits = 0;
+  for (int64_t i = 10; i < 13; ++i) kth_hits += want.hit5[static_cast<size_t>(i)] ? 1 : 0;
+  EXPECT_EQ(kth_hits, 1) << "classes 4, 5, 6 tie for the 5th place: torch.topk keeps one of them";
+  // Rows without ties: by hand, a hit when fewer than 5 classes score higher than the label.
+  auto t = f.table.accessor<float, 2>();
+  for (int64_t i = 13; i < kSamples; ++i) {
+    int higher = 0;
+    for (int64_t c = 0; c < 10; ++c) higher += t[i][c] > t[i][f.labels[static_cast<size_t>(i)]] ? 1 : 0;
+    EXPECT_EQ(want.hit5[static_cast<size_t>(i)], higher < 5) << "row " << i;
+  }
+  const EvalResult r = evaluate(f, 4);
+  std::printf("oracle: top-1 %.6f top-5 %.6f loss %.9f; evaluator: top-1 %.6f top-5 %.6f loss %.9f\n", want.acc,
+              want.top5, want.loss, r.acc, r.top5, r.loss);
+  EXPECT_EQ(r.samples, kSamples);
+  EXPECT_DOUBLE_EQ(r.acc, want.acc);
+  EXPECT_DOUBLE_EQ(r.top5, want.top5);
+  EXPECT_NEAR(r.loss, want.loss, 1e-6);  // float logits, per-sample cross entropy in float
+  EXPECT_LT(r.acc, r.top5);
+  EXPECT_LT(r.top5, 1.0);
+}
+
+// k = min(5, classes): with 3 classes every label is in the top 3.
+TEST(Evaluator, TopFiveOfThreeClassesIsTopThreeX5) {
+  const Fixture f = make_fixture(3);
+  const Oracle want = oracle(f);
+  const EvalResult r = evaluate(f, 5);
+  EXPECT_EQ(r.top5, 1.0);
+  EXPECT_DOUBLE_EQ(r.acc, want.acc);
+  EXPECT_NEAR(r.loss, want.loss, 1e-6);
+}
+
+// X2: a test set that no batch size divides: every sample counted once, whatever the batch.
+TEST(Evaluator, EverySampleCountsOnceWhenTheBatchDoesNotDivideTheSetX2) {
+  const Fixture f = make_fixture(10);
+  const Oracle want = oracle(f);
+  const EvalResult one = evaluate(f, 1);
+  for (int64_t batch : {1, 2, 4, 5, 7, 22, 23, 64}) {
+    const EvalResult r = evaluate(f, batch);
+    EXPECT_EQ(r.samples, kSamples) << "batch " << batch;
+    EXPECT_DOUBLE_EQ(r.acc, want.acc) << "batch " << batch;
+    EXPECT_DOUBLE_EQ(r.top5, want.top5) << "batch " << batch;
+    EXPECT_NEAR(r.loss, want.loss, 1e-6) << "batch " << batch;
+    EXPECT_NEAR(r.loss, one.loss, 1e-12) << "batch " << batch;  // the same per-sample values, summed in id order
+  }
+}
+
+// Runs body(rank, comm) on `size` threads joined in one Gloo process group.
+void with_ranks(int size, const std::function<void(int, dist::Comm&)>& body) {
+  const int port = dist::free_port();
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        dist::World w;
+        w.rank = r;
+        w.size = size;
+        w.local_rank = r;
+        w.local_size = size;
+        w.master_port = port;
+        dist::CommOptions o;
+        o.timeout_s = 60;
+        o.heartbeat_s = 0.5;
+        auto comm = dist::Comm::connect(w, c10::Device(c10::kCPU), o);
+        body(r, *comm);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+// X2/X5: on 2 and 3 ranks (23 samples: each pads its shard by 1, with sample 0 — a top-1 hit
+// whose loss, ln 10, is not the mean) every rank reports exactly the single-process figures.
+TEST(Evaluator, RanksGiveTheSingleProcessFiguresWithThePaddingDroppedX2) {
+  const Fixture f = make_fixture(10);
+  const EvalResult single = evaluate(f, 4);
+  for (int ranks : {2, 3}) {
+    std::vector<EvalResult> got(static_cast<size_t>(ranks));
+    with_ranks(ranks, [&](int rank, dist::Comm& comm) {
+      got[static_cast<size_t>(rank)] = evaluate(f, 4, &comm, rank, ranks);
+    });
+    for (int rank = 0; rank < ranks; ++rank) {
+      const EvalResult& r = got[static_cast<size_t>(rank)];
+      const std::string where = "rank " + std::to_string(rank) + " of " + std::to_string(ranks);
+      EXPECT_EQ(r.samples, kSamples) << where;
+      EXPECT_EQ(r.acc, single.acc) << where;
+      EXPECT_EQ(r.top5, single.top5) << where;
+      EXPECT_NEAR(r.loss, single.loss, 1e-12) << where;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace crucible::train
