@@ -76,6 +76,7 @@ bench: build
 	@bench/loader_vs_pytorch
 	@bench/ddp_vs_pytorch
 	@bench/archive_vs_numpy
+	@bench/resnet_vs_pytorch
 
 # Benchmarks with both libtorch versions: PyTorch 1.13 (Debian) and current PyTorch (eager and
 # torch.compile) as baselines, crucible built against each.

@@ -1,16 +1,26 @@
 // ThreadPool: a mutex-guarded deque and a condition variable.
 #include "crucible/core/thread_pool.h"
 
+#include <pthread.h>
 #include <sched.h>
 
+#include <array>
+#include <cstdio>
 #include <exception>
 
 namespace crucible {
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads, const char* name) {
   if (threads < 1) threads = 1;
+  std::array<char, 16> shown{};  // the kernel keeps 15 characters and the terminator
+  std::snprintf(shown.data(), shown.size(), "%s", name);
   workers_.reserve(threads);
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { run(); });
+  for (int i = 0; i < threads; ++i) {
+    workers_.emplace_back([this, shown] {
+      ::pthread_setname_np(::pthread_self(), shown.data());  // named before its first task; a label only
+      run();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

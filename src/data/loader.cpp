@@ -109,7 +109,7 @@ Loader::Loader(std::shared_ptr<const SamplePipeline> pipeline, Sampler sampler, 
     auto pool = std::make_shared<BufferPool>(static_cast<size_t>(options_.prefetch) + 2);
     options_.allocate = [pool](size_t bytes) { return pool->get(bytes); };
   }
-  pool_ = std::make_unique<ThreadPool>(options_.threads);
+  pool_ = std::make_unique<ThreadPool>(options_.threads, "crucible-load");
 }
 
 Loader::~Loader() {

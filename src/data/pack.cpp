@@ -295,7 +295,7 @@ PackReport pack_samples(const SampleSource& source, const std::string& dst, cons
   std::string records;
   const std::vector<char> zeros(static_cast<size_t>(options.align), 0);
   std::unique_ptr<ThreadPool> pool;
-  if (options.threads > 1) pool = std::make_unique<ThreadPool>(options.threads);
+  if (options.threads > 1) pool = std::make_unique<ThreadPool>(options.threads, "crucible-pack");
   const int64_t chunk = std::max<int64_t>(256, int64_t{32} * options.threads);
   const int64_t n = source.size();
 

@@ -4,12 +4,15 @@
 #include "crucible/core/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sched.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -34,6 +37,30 @@ TEST(ThreadPool, RunsEveryTaskAndJoins) {
   }
   EXPECT_EQ(done.load(), 200);
   EXPECT_GT(ids.size(), 1u);
+}
+
+// Tools that tell the loader's threads from torch's (the resnet bench's input CPU share, top -H)
+// read the name; a name longer than the kernel's 15 characters is cut, not refused.
+TEST(ThreadPool, WorkersCarryTheirNameFromTheFirstTask) {
+  for (const std::string name : {"crucible-load", "a-name-longer-than-fifteen"}) {
+    std::mutex mu;
+    std::set<std::string> seen;
+    std::atomic<int> done{0};
+    {
+      ThreadPool pool(3, name.c_str());
+      for (int i = 0; i < 30; ++i) {
+        pool.submit([&] {
+          char buf[32] = {};
+          ::pthread_getname_np(::pthread_self(), buf, sizeof buf);
+          std::lock_guard<std::mutex> lock(mu);
+          seen.insert(buf);
+          ++done;
+        });
+      }
+      while (done.load() < 30) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(seen, std::set<std::string>{name.substr(0, 15)});
+  }
 }
 
 // available_cores() on a thread pinned to `cpus` (sched_setaffinity(0) applies to the calling

@@ -14,8 +14,9 @@ namespace crucible {
 
 class ThreadPool {
  public:
-  // Starts `threads` (>= 1) workers.
-  explicit ThreadPool(int threads);
+  // Starts `threads` (>= 1) workers, named `name` (at most 15 characters shown) so that
+  // `top -H`, perf and /proc/PID/task/*/comm tell them from torch's compute threads.
+  explicit ThreadPool(int threads, const char* name = "crucible-pool");
   // Drops tasks not yet started, waits for running ones, joins every worker.
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
