@@ -166,7 +166,8 @@ int main(int argc, char** argv) {
   predict_cmd->add_option("--set", predict_overrides, "override one key: --set section.key=value (repeatable)")
       ->type_name("KEY=VALUE");
   predict_cmd->add_option("--checkpoint", predict_options.checkpoint,
-                          "checkpoint file (default: the newest that verifies in <run.dir>/<run.name>/checkpoints)");
+                          "checkpoint file (default: the newest that verifies in <run.dir>/<run.name>/checkpoints; "
+                          "with none there, the config's model.init or TorchScript model.path)");
   predict_cmd->add_option("--top", predict_options.top_k,
                           "K: classes per sample, best first (clamped to the class count)")
       ->capture_default_str();

@@ -201,6 +201,68 @@ std::vector<int64_t> read_labels(const OpenedArray& a, int64_t n, int64_t* num_c
   return out;
 }
 
+// Element (i, j) of a 2-D array as a double; `ok` false for a dtype that holds no numbers.
+double element(const io::Array& a, int64_t i, int64_t j, bool* ok) {
+  const int64_t at = i * a.strides[0] + j * a.strides[1];
+  const uint8_t* p = a.data + at * static_cast<int64_t>(io::dtype_size(a.dtype));
+  auto load = [p](auto v) {
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  switch (a.dtype) {
+    case io::DType::kBool:
+      return *p != 0 ? 1.0 : 0.0;
+    case io::DType::kF32:
+      return load(float{});
+    case io::DType::kF64:
+      return load(double{});
+    case io::DType::kF16:
+      return fp16_ieee_to_fp32_value(load(uint16_t{}));
+    case io::DType::kBF16: {
+      uint32_t bits = static_cast<uint32_t>(load(uint16_t{})) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    default:
+      if (!is_integer_dtype(a.dtype)) {
+        *ok = false;
+        return 0;
+      }
+      bool too_big = false;
+      const int64_t v = label_value(a.dtype, p, &too_big);
+      return too_big ? 2.0 : static_cast<double>(v);
+  }
+}
+
+// Multi-label targets: the first `n` rows of `a` ([count, classes]: bool, integers or floats),
+// each value 0 or 1 (integers, bool) or within 0–1 (floats: soft targets).
+std::vector<float> read_targets(const OpenedArray& a, int64_t n) {
+  const int64_t w = a.array.shape[1];
+  if (w < 1 || w >= kMaxClasses) {
+    throw bad_input("{}: multi-label targets need 1 to {} classes per row, found shape {}", a.where, kMaxClasses - 1,
+                    a.array.shape_string());
+  }
+  const bool floats = is_feature_float(a.array.dtype);
+  std::vector<float> out(static_cast<size_t>(n * w));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < w; ++j) {
+      bool ok = true;
+      const double v = element(a.array, i, j, &ok);
+      if (!ok) {
+        throw bad_input("{}: labels of type {} hold no numbers: multi-label targets are bool, integer or float",
+                        a.where, io::dtype_name(a.array.dtype));
+      }
+      if (floats ? !(v >= 0.0 && v <= 1.0) : (v != 0.0 && v != 1.0)) {
+        throw bad_input("{}: sample {} class {} is {}: multi-label targets are {} (1 = the class is present)", a.where,
+                        i, j, v, floats ? "within 0–1" : "0 or 1");
+      }
+      out[static_cast<size_t>(i * w + j)] = static_cast<float>(v);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 ArrayRef parse_array_ref(const std::string& text) {
@@ -288,8 +350,14 @@ OpenedArray open_array(const std::string& ref, uint64_t memory_budget) {
   return out;
 }
 
-ArraySource::ArraySource(OpenedArray features, int64_t n, std::vector<int64_t> labels, std::string labels_where)
-    : features_(std::move(features)), n_(n), labels_(std::move(labels)), labels_where_(std::move(labels_where)) {
+ArraySource::ArraySource(OpenedArray features, int64_t n, std::vector<int64_t> labels, std::string labels_where,
+                         std::vector<float> targets, int64_t target_width)
+    : features_(std::move(features)),
+      n_(n),
+      labels_(std::move(labels)),
+      labels_where_(std::move(labels_where)),
+      targets_(std::move(targets)),
+      target_width_(target_width) {
   const io::Array& a = features_.array;
   const std::vector<int64_t>& s = a.shape;
   const std::string& where = features_.where;
@@ -348,10 +416,12 @@ ArraySource::ArraySource(OpenedArray features, int64_t n, std::vector<int64_t> l
   }
   data_ = a.data;
   stored_sample_bytes_ = spec_.height * spec_.width * spec_.channels * static_cast<int64_t>(io::dtype_size(a.dtype));
-  if (static_cast<int64_t>(labels_.size()) != n_ || n_ > s[0]) {
+  if (static_cast<int64_t>(labels_.size()) != n_ || n_ > s[0] ||
+      static_cast<int64_t>(targets_.size()) != n_ * target_width_) {
     throw std::logic_error("ArraySource: label count or n does not match the features");
   }
   for (int64_t l : labels_) num_classes_ = std::max(num_classes_, l + 1);
+  if (target_width_ > 0) num_classes_ = target_width_;
 }
 
 void ArraySource::copy_sample(int64_t i, uint8_t* dst) const {
@@ -442,8 +512,10 @@ std::unique_ptr<ArraySource> load_array_source(const std::string& features, cons
                                                const std::string& limit_name) {
   OpenedArray x = open_array(features);
   OpenedArray y = open_array(labels);
-  if (!is_integer_dtype(y.array.dtype) || y.array.shape.size() != 1) {
-    throw bad_input("{}: labels must be integer class indices of shape [n] (int64, int32, uint8, …), found {} {}",
+  const bool multi = y.array.shape.size() == 2;
+  if (!multi && (!is_integer_dtype(y.array.dtype) || y.array.shape.size() != 1)) {
+    throw bad_input("{}: labels must be integer class indices of shape [n] (int64, int32, uint8, …), or multi-label "
+                    "targets of shape [n, classes] (0/1 or 0–1), found {} {}",
                     y.where, io::dtype_name(y.array.dtype), y.array.shape_string());
   }
   const int64_t n_x = x.array.shape.empty() ? 0 : x.array.shape[0];
@@ -456,9 +528,15 @@ std::unique_ptr<ArraySource> load_array_source(const std::string& features, cons
                     n_x, n_x);
   }
   const int64_t n = limit > 0 ? limit : n_x;
+  std::string where = y.where;
+  if (multi) {
+    std::vector<float> t = read_targets(y, n);
+    const int64_t w = y.array.shape[1];
+    return std::make_unique<ArraySource>(std::move(x), n, std::vector<int64_t>(static_cast<size_t>(n), -1),
+                                         std::move(where), std::move(t), w);
+  }
   int64_t classes = 0;
   std::vector<int64_t> l = read_labels(y, n, &classes);
-  std::string where = y.where;
   return std::make_unique<ArraySource>(std::move(x), n, std::move(l), std::move(where));
 }
 

@@ -101,13 +101,16 @@ std::function<PixelBuffer(size_t)> DeviceInput::batch_allocator(c10::Device devi
 }
 
 at::Tensor DeviceInput::labels(const Batch& batch) const {
-  const at::Tensor host = at::from_blob(const_cast<int64_t*>(batch.labels.data()), {batch.size()}, at::kLong);
+  const at::Tensor host =
+      batch.target_width > 0
+          ? at::from_blob(const_cast<float*>(batch.targets.data()), {batch.size(), batch.target_width}, at::kFloat)
+          : at::from_blob(const_cast<int64_t*>(batch.labels.data()), {batch.size()}, at::kLong);
   if (device_.is_cpu()) return host.clone();  // the batch's vector dies with the batch
   // D9: a blocking copy from the vector would wait for the stream every batch. Staged through
   // pinned memory, the copy is asynchronous; `pinned` goes back to torch's caching host
   // allocator when it dies here, and that allocator keeps the block from reuse until the copy
   // has run (it records an event on the stream for a non-blocking copy from pinned memory).
-  at::Tensor pinned = at::empty({batch.size()}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  at::Tensor pinned = at::empty(host.sizes(), host.options().pinned_memory(true));
   pinned.copy_(host);
   return pinned.to(device_, /*non_blocking=*/true);
 }

@@ -209,12 +209,18 @@ Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& or
   std::vector<uint8_t> hwc(transpose ? sample_bytes : 0);
   b.sample_ids.reserve(static_cast<size_t>(end - begin));
   b.labels.reserve(static_cast<size_t>(end - begin));
+  b.target_width = pipeline_->target_width();
+  b.targets.reserve(static_cast<size_t>((end - begin) * b.target_width));
   for (int64_t k = begin; k < end; ++k) {
     const int64_t id = order[static_cast<size_t>(k)];
     uint8_t* dst = b.pixels.data() + b.labels.size() * sample_bytes;  // compacted past skipped samples
     try {
       b.labels.push_back(pipeline_->produce(id, epoch, transpose ? hwc.data() : dst));
       b.sample_ids.push_back(id);
+      if (b.target_width > 0) {
+        b.targets.resize(b.labels.size() * static_cast<size_t>(b.target_width));
+        pipeline_->copy_targets(id, b.targets.data() + b.targets.size() - static_cast<size_t>(b.target_width));
+      }
       if (transpose) {  // HWC → CHW into the slot
         const size_t c = static_cast<size_t>(spec.channels);
         for (size_t p = 0; p < plane; ++p) {
@@ -240,10 +246,13 @@ Batch sample_batch(const SamplePipeline& pipeline, int64_t n) {
   b.channels_first = b.spec.type == SampleType::kFeatures;  // features are [channels, height, width]
   const int64_t bytes = b.spec.bytes();
   b.pixels = PixelBuffer::heap(static_cast<size_t>(n * bytes));
+  b.target_width = pipeline.target_width();
+  b.targets.resize(static_cast<size_t>(n * b.target_width));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t id = i % pipeline.size();
     b.labels.push_back(pipeline.produce(id, 0, b.pixels.data() + i * bytes));
     b.sample_ids.push_back(id);
+    if (b.target_width > 0) pipeline.copy_targets(id, b.targets.data() + i * b.target_width);
   }
   return b;
 }

@@ -31,6 +31,11 @@ int64_t ArrayPipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const
   return source_->label(index);
 }
 
+void ArrayPipeline::copy_targets(int64_t index, float* dst) const {
+  const float* t = source_->targets(index);
+  std::copy(t, t + source_->target_width(), dst);
+}
+
 std::string ArrayPipeline::describe() const {
   return fmt::format("{} ({}), flip p={}", source_->describe(), source_->spec().to_string(), hflip_);
 }

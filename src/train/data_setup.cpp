@@ -89,6 +89,15 @@ DataSetup make_array_data(const JobConfig& job, uint64_t augment_seed) {
     log_info("data: data.hflip = {} does not apply to float features (used as they are)", c.hflip);
     hflip = 0.0f;
   }
+  if (train->target_width() != test->target_width()) {
+    auto what = [](const data::ArraySource& s) {
+      return s.target_width() > 0 ? fmt::format("multi-label targets over {} classes", s.target_width())
+                                  : std::string("one class index per sample");
+    };
+    throw bad_input("data.train_labels = {} holds {} but data.test_labels = {} holds {}: both must be class indices, "
+                    "or targets over the same classes",
+                    c.train_labels, what(*train), c.test_labels, what(*test));
+  }
   DataSetup d;
   d.num_classes = std::max(train->num_classes(), test->num_classes());
   d.train = std::make_shared<data::ArrayPipeline>(train, hflip, augment_seed);

@@ -40,11 +40,9 @@ EvalResult Evaluator::run() {
       at::Tensor y = input_.labels(*batch);
       at::Tensor logits = model_.forward(x);
       losses.push_back(loss_.per_sample(logits, y).to(at::kDouble));
-      hits.push_back(logits.argmax(1).eq(y).to(at::kDouble));
+      hits.push_back(top1_hits(logits, y).to(at::kDouble));
       // Top-k as PyTorch's reference scripts count it (ties at the k-th place: topk's choice).
-      const int64_t k = std::min<int64_t>(5, logits.size(1));
-      const at::Tensor top = std::get<1>(logits.topk(k, /*dim=*/1, /*largest=*/true, /*sorted=*/true));
-      hits5.push_back(top.eq(y.unsqueeze(1)).any(1).to(at::kDouble));
+      hits5.push_back(topk_hits(logits, y, std::min<int64_t>(5, logits.size(1))).to(at::kDouble));
       ids.push_back(at::tensor(batch->sample_ids, at::kLong).to(device_).to(at::kDouble));
     }
   }

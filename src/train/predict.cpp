@@ -19,6 +19,7 @@
 #include "crucible/dist/comm.h"
 #include "crucible/nn/mode_guard.h"
 #include "crucible/nn/model.h"
+#include "crucible/train/loss.h"
 #include "crucible/train/step.h"
 
 namespace crucible::train {
@@ -33,9 +34,19 @@ PredictFormat check_predict_options(const PredictOptions& options) {
                   options.out, ext);
 }
 
+namespace {
+
+// Sample i's prediction `c` is right: the label, or among the present classes.
+bool right(const Predictions& p, size_t i, int64_t c) {
+  if (!p.multi_label) return c == p.label[i];
+  return std::binary_search(p.present[i].begin(), p.present[i].end(), c);
+}
+
+}  // namespace
+
 double Predictions::top1_accuracy() const {
   int64_t hits = 0;
-  for (int64_t i = 0; i < size(); ++i) hits += top[static_cast<size_t>(i * k)] == label[static_cast<size_t>(i)];
+  for (int64_t i = 0; i < size(); ++i) hits += right(*this, static_cast<size_t>(i), top[static_cast<size_t>(i * k)]);
   return size() > 0 ? static_cast<double>(hits) / static_cast<double>(size()) : 0.0;
 }
 
@@ -43,7 +54,7 @@ double Predictions::topk_accuracy() const {
   int64_t hits = 0;
   for (int64_t i = 0; i < size(); ++i) {
     const auto row = top.begin() + i * k;
-    hits += std::find(row, row + k, label[static_cast<size_t>(i)]) != row + k;
+    hits += std::any_of(row, row + k, [&](int64_t c) { return right(*this, static_cast<size_t>(i), c); });
   }
   return size() > 0 ? static_cast<double>(hits) / static_cast<double>(size()) : 0.0;
 }
@@ -62,11 +73,14 @@ std::string format_predictions(const Predictions& p, PredictFormat format) {
     const int64_t* top = p.top.data() + i * k;
     const double* prob = p.prob.data() + i * k;
     if (format == PredictFormat::kJsonl) {
+      const std::string label =
+          p.multi_label ? fmt::format("[{}]", fmt::join(p.present[i], ",")) : std::to_string(p.label[i]);
       // fmt's "{}" of a double is the shortest text that reads back as it: a valid JSON number.
-      fmt::format_to(out, "{{\"index\":{},\"label\":{},\"top\":[{}],\"prob\":[{}]}}\n", p.index[i], p.label[i],
+      fmt::format_to(out, "{{\"index\":{},\"label\":{},\"top\":[{}],\"prob\":[{}]}}\n", p.index[i], label,
                      fmt::join(top, top + k, ","), fmt::join(prob, prob + k, ","));
     } else {
-      fmt::format_to(out, "{},{},{},{}\n", p.index[i], p.label[i], fmt::join(top, top + k, ","),
+      const std::string label = p.multi_label ? fmt::format("{}", fmt::join(p.present[i], " ")) : std::to_string(p.label[i]);
+      fmt::format_to(out, "{},{},{},{}\n", p.index[i], label, fmt::join(top, top + k, ","),
                      fmt::join(prob, prob + k, ","));
     }
   }
@@ -77,13 +91,22 @@ void write_predictions(const std::string& path, const Predictions& p, PredictFor
   write_file_atomic(path, format_predictions(p, format));
 }
 
-Predictor::Predictor(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Precision& precision,
-                     c10::Device device, dist::Comm* comm)
-    : model_(model), loader_(loader), input_(input), precision_(precision), device_(device), comm_(comm) {}
+Predictor::Predictor(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Loss& loss,
+                     const Precision& precision, c10::Device device, dist::Comm* comm)
+    : model_(model),
+      loader_(loader),
+      input_(input),
+      loss_(loss),
+      precision_(precision),
+      device_(device),
+      comm_(comm) {}
 
 Predictions Predictor::run(int64_t top_k) {
   Predictions p;
-  std::vector<at::Tensor> rows;  // per batch: [b, 2 + 2k] double: id, label, top k ids, their probabilities
+  // Per batch: [b, 2 + 2k + W] double: id, label, top k ids, their probabilities, and for
+  // multi-label data the W targets.
+  std::vector<at::Tensor> rows;
+  int64_t targets = 0;  // W
   {
     nn::EvalGuard guard(model_);  // M1: eval mode + no grad, restored after
     compat::AutocastGuard amp(device_.type(), autocast_dtype(precision_), precision_.mixed());
@@ -101,15 +124,22 @@ Predictions Predictor::run(int64_t top_k) {
       // the Evaluator's prediction. Probabilities in double (autocast leaves double alone).
       const at::Tensor top =
           std::get<1>(at::sort(logits, /*stable=*/true, /*dim=*/1, /*descending=*/true)).narrow(1, 0, p.k);
-      const at::Tensor prob = at::softmax(logits.to(at::kDouble), 1).gather(1, top);
-      const at::Tensor ids = at::tensor(batch->sample_ids, at::kLong).to(device_);
-      rows.push_back(
-          at::cat({ids.unsqueeze(1).to(at::kDouble), y.unsqueeze(1).to(at::kDouble), top.to(at::kDouble), prob}, 1));
+      const at::Tensor prob = loss_.probabilities(logits.to(at::kDouble)).gather(1, top);
+      const at::Tensor ids = at::tensor(batch->sample_ids, at::kLong).to(device_).unsqueeze(1).to(at::kDouble);
+      if (y.dim() == 2) {
+        targets = y.size(1);
+        rows.push_back(at::cat({ids, at::full_like(ids, -1), top.to(at::kDouble), prob, y.to(at::kDouble)}, 1));
+      } else {
+        rows.push_back(at::cat({ids, y.unsqueeze(1).to(at::kDouble), top.to(at::kDouble), prob}, 1));
+      }
     }
   }
   // No sample at all (an empty test set: the sampler gives every rank one when there is any).
   if (p.k == 0) p.k = top_k;
-  const int64_t width = 2 + 2 * p.k;
+  // Every rank sees the same data, so the same W (a rank with no sample learns it from the pipeline).
+  if (targets == 0) targets = loader_.pipeline().target_width();
+  p.multi_label = targets > 0;
+  const int64_t width = 2 + 2 * p.k + targets;
   const at::Tensor local =
       rows.empty() ? at::zeros({0, width}, at::TensorOptions().dtype(at::kDouble).device(device_)) : at::cat(rows);
   at::Tensor all = comm_ != nullptr ? comm_->all_gather_varying(local) : local;
@@ -125,6 +155,13 @@ Predictions Predictor::run(int64_t top_k) {
     const double* row = r + width * order[i].second;
     p.index.push_back(order[i].first);
     p.label.push_back(static_cast<int64_t>(row[1]));
+    if (p.multi_label) {
+      std::vector<int64_t> present;
+      for (int64_t c = 0; c < targets; ++c) {
+        if (row[2 + 2 * p.k + c] > 0.5) present.push_back(c);
+      }
+      p.present.push_back(std::move(present));
+    }
     for (int64_t j = 0; j < p.k; ++j) p.top.push_back(static_cast<int64_t>(row[2 + j]));
     p.prob.insert(p.prob.end(), row + 2 + p.k, row + 2 + 2 * p.k);
   }

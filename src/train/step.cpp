@@ -67,7 +67,7 @@ MicroBatchRecord accumulate_gradients(nn::Model& model, const at::Tensor& x, con
     (loss * (weight * options.loss_scale)).backward();
     at::NoGradGuard no_grad;
     loss_sum.add_(loss.detach().to(at::kDouble), static_cast<double>(end - begin));
-    correct.add_(logits.detach().argmax(1).eq(ys).sum());
+    correct.add_(top1_hits(logits.detach(), ys).sum());
   }
   return record;
 }

@@ -182,6 +182,8 @@ struct Trainer::Impl {
   TrainSummary run();
   TrainSummary evaluate_checkpoint(std::string path);
   void take_stored_choices(const CheckpointData& ckpt, const std::string& path);
+  bool newest_checkpoint(std::string* path);
+  std::string no_checkpoint_reason() const;
   std::string load_predict_model(std::string checkpoint);
   PredictSummary predict(const PredictOptions& options);
 };
@@ -258,8 +260,9 @@ void Trainer::Impl::build() {
   const auto t0 = Clock::now();
   DataSetup ds = make_data(job, derive_seed(seed, RngStream::kAugment));
   const data::ImageSpec spec = ds.train->output_spec();
-  log_info("data: {} training and {} test samples of {} ({} classes), opened in {:.1f} s", ds.train->size(),
-           ds.test->size(), spec.to_string(), ds.num_classes, seconds_since(t0));
+  const bool multi_label = ds.train->target_width() > 0;
+  log_info("data: {} training and {} test samples of {} ({} classes{}), opened in {:.1f} s", ds.train->size(),
+           ds.test->size(), spec.to_string(), ds.num_classes, multi_label ? ", multi-label" : "", seconds_since(t0));
   log_info("train pipeline: {}", ds.train->describe());
 
   const data::NormalizeOptions norm = normalize_options(job);
@@ -307,7 +310,7 @@ void Trainer::Impl::build() {
   if (model->nn_module() != nullptr) {
     for (const auto& w : nn::lint_bias_before_norm(*model->nn_module())) log_warn("model lint (M7): {}", w);
   }
-  loss = make_loss({job.loss, classes, device});
+  loss = make_loss({job.loss, classes, device, multi_label});
   log_info("loss: {}", loss->describe());
 
   // Precision and memory format: as configured, as a resumed run chose, or timed here (auto).
@@ -700,16 +703,9 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
 
 TrainSummary Trainer::Impl::evaluate_checkpoint(std::string path) {
   join_world();
-  const std::string run_dir = (fs::path(job.run.dir) / job.run.name).string();
-  const std::string ckpt_dir = (fs::path(run_dir) / "checkpoints").string();
   if (main_rank() && path.empty()) {
-    if (!fs::is_directory(ckpt_dir)) {
-      throw bad_input("eval: {} does not exist (no run named {} in {}); give --checkpoint FILE or the run's "
-                      "run.dir/run.name",
-                      ckpt_dir, job.run.name, job.run.dir);
-    }
-    if (!CheckpointManager(ckpt_dir, 1).load_latest(&path)) {
-      throw bad_input("eval: {} holds no checkpoint that verifies", ckpt_dir);
+    if (!newest_checkpoint(&path)) {
+      throw bad_input("eval: {}; give --checkpoint FILE or the run's run.dir/run.name", no_checkpoint_reason());
     }
   }
   if (comm) path = comm->broadcast_string("eval", path, 0);
@@ -732,29 +728,46 @@ TrainSummary Trainer::Impl::evaluate_checkpoint(std::string path) {
   return s;
 }
 
-// predict's model source, the one place it is decided (model.init weights and TorchScript
-// models are to join here): the checkpoint `path` or the newest that verifies in the run
-// folder, chosen by rank 0; builds the job with the checkpoint's stored choices (precision,
-// input convention) and loads its weights. Returns the source in words, for the log.
-std::string Trainer::Impl::load_predict_model(std::string path) {
+// The newest checkpoint that verifies in <run.dir>/<run.name>/checkpoints into `path`; false
+// when the folder does not exist or holds none (no_checkpoint_reason() says which).
+bool Trainer::Impl::newest_checkpoint(std::string* path) {
   const std::string ckpt_dir = (fs::path(job.run.dir) / job.run.name / "checkpoints").string();
-  std::optional<CheckpointData> ckpt;
-  if (main_rank() && path.empty()) {
-    if (!fs::is_directory(ckpt_dir)) {
-      throw bad_input("predict: {} does not exist (no run named {} in {}); give --checkpoint FILE or the run's "
-                      "run.dir/run.name",
-                      ckpt_dir, job.run.name, job.run.dir);
-    }
-    ckpt = CheckpointManager(ckpt_dir, 1).load_latest(&path);
-    if (!ckpt) throw bad_input("predict: {} holds no checkpoint that verifies", ckpt_dir);
+  return fs::is_directory(ckpt_dir) && CheckpointManager(ckpt_dir, 1).load_latest(path).has_value();
+}
+
+std::string Trainer::Impl::no_checkpoint_reason() const {
+  const std::string ckpt_dir = (fs::path(job.run.dir) / job.run.name / "checkpoints").string();
+  return fs::is_directory(ckpt_dir) ? fmt::format("{} holds no checkpoint that verifies", ckpt_dir)
+                                    : fmt::format("{} does not exist (no run named {} in {})", ckpt_dir, job.run.name,
+                                                  job.run.dir);
+}
+
+// predict's model source, the one place it is decided, by rank 0: --checkpoint FILE; else the
+// newest checkpoint that verifies in the run folder (what the job trained); else, when the run
+// has none, the weights the config names itself: model.init (pretrained weights) or a
+// TorchScript module (model.name = "torchscript", as saved). A checkpoint builds the job with its
+// stored choices (precision, input convention). Returns the source in words, for the log.
+std::string Trainer::Impl::load_predict_model(std::string path) {
+  const bool config_weights = !job.model.init.empty() || job.model.name == "torchscript";
+  if (main_rank() && path.empty() && !newest_checkpoint(&path) && !config_weights) {
+    throw bad_input("predict: {}; give --checkpoint FILE, the run's run.dir/run.name, or weights in the config "
+                    "(model.init = \"weights.pt\", or model.name = \"torchscript\" with model.path)",
+                    no_checkpoint_reason());
   }
-  if (comm) path = comm->broadcast_string("predict", path, 0);
-  if (!ckpt) ckpt = read_checkpoint(path);
-  take_stored_choices(*ckpt, path);
+  if (comm) path = comm->broadcast_string("predict", path, 0);  // empty: the config's own weights
+  if (path.empty()) {
+    build();  // model.init loads (its log names what it did to the head), or the TorchScript module
+    st.step = 0;
+    return job.model.name == "torchscript" && job.model.init.empty()
+               ? fmt::format("TorchScript module {} as saved", job.model.path)
+               : fmt::format("{} with model.init weights from {}", job.model.name, job.model.init);
+  }
+  const CheckpointData ckpt = read_checkpoint(path);
+  take_stored_choices(ckpt, path);
   from_checkpoint = true;
   build();
-  CheckpointIO::reader(*ckpt, path).model("model.", *model);
-  st.step = ckpt->meta_int("step", path);
+  CheckpointIO::reader(ckpt, path).model("model.", *model);
+  st.step = ckpt.meta_int("step", path);
   return fmt::format("model of step {} from {}", st.step, path);
 }
 
@@ -765,7 +778,8 @@ PredictSummary Trainer::Impl::predict(const PredictOptions& options) {
   s.model = load_predict_model(options.checkpoint);
   sync_bn_buffers();  // M2, as evaluate()
   const auto t0 = Clock::now();
-  const Predictions p = Predictor(*model, *test_loader, *input, choice.value, device, comm.get()).run(options.top_k);
+  const Predictions p =
+      Predictor(*model, *test_loader, *input, *loss, choice.value, device, comm.get()).run(options.top_k);
   if (p.classes > 0 && p.k < options.top_k) {
     log_info("predict: --top {} is more than the model's {} classes: each record lists all {}", options.top_k,
              p.classes, p.k);

@@ -14,7 +14,9 @@
 #include <sstream>
 
 #include "crucible/core/error.h"
+#include "crucible/data/loader.h"
 #include "crucible/data/pipeline.h"
+#include "crucible/data/sampler.h"
 #include "test_util.h"
 
 namespace crucible::data {
@@ -257,7 +259,7 @@ TEST(ArraySource, BadFilesAreBadInputNamingTheFile) {
                    "np.save(d + 'x.npy', x); np.save(d + 'y4.npy', np.arange(4))\n"
                    "np.save(d + 'yneg.npy', np.array([0, 1, 2, -1, 0], np.int16))\n"
                    "np.save(d + 'yf.npy', np.zeros(5, np.float32))\n"
-                   "np.save(d + 'y2d.npy', np.zeros((5, 1), np.int64))\n"
+                   "np.save(d + 'y3d.npy', np.zeros((5, 1, 1), np.int64))\n"
                    "np.save(d + 'y.npy', np.zeros(5, np.int64))\n"
                    "np.save(d + 'xi32.npy', np.zeros((5, 4, 4), np.int32))\n"
                    "np.save(d + 'xchw.npy', np.zeros((5, 3, 4, 4), np.uint8))\n"
@@ -271,7 +273,7 @@ TEST(ArraySource, BadFilesAreBadInputNamingTheFile) {
   test::expect_bad_input([&] { load_array_source(d / "x.npy", d / "yneg.npy"); },
                          {"yneg.npy", "label -1 at index 3", "negative"});
   test::expect_bad_input([&] { load_array_source(d / "x.npy", d / "yf.npy"); }, {"yf.npy", "integer", "float32"});
-  test::expect_bad_input([&] { load_array_source(d / "x.npy", d / "y2d.npy"); }, {"y2d.npy", "[5, 1]"});
+  test::expect_bad_input([&] { load_array_source(d / "x.npy", d / "y3d.npy"); }, {"y3d.npy", "[5, 1, 1]"});
   // Features of a dtype crucible does not take: the file and the dtype.
   test::expect_bad_input([&] { load_array_source(d / "xi32.npy", d / "y.npy"); }, {"xi32.npy", "int32", "uint8"});
   test::expect_bad_input([&] { load_array_source(d / "xchw.npy", d / "y.npy"); }, {"xchw.npy", "channels-first"});
@@ -285,6 +287,67 @@ TEST(ArraySource, BadFilesAreBadInputNamingTheFile) {
   test::expect_bad_input([&] { load_array_source(d / "x.npy:x", d / "y.npy"); }, {"x.npy", "one array"});
   test::expect_bad_input([&] { load_array_source(d / "text.csv", d / "y.npy"); }, {"text.csv", ".npy, .npz"});
   test::expect_bad_input([&] { load_array_source(d / "missing.npz:x", d / "y.npy"); }, {"missing.npz"});
+}
+
+// Multi-label targets [n, classes] (loss.name = "binary_cross_entropy"): bool, 0/1 integers or
+// floats within 0–1, as NumPy wrote them; label() is -1; the loader's batches carry each sample's
+// row (by sample id, through a shuffled 2-thread loader); a value outside the rule names the
+// file, sample and class.
+TEST(ArraySource, MultiLabelTargetsAreTheArrayRowsInEveryBatch) {
+  test::TempDir d;
+  const std::string rows = test::run_python(
+      preamble(d) +
+      "rng = np.random.default_rng(3)\n"
+      "x = rng.integers(0, 255, (11, 2, 2), dtype=np.uint8)\n"
+      "t = rng.random((11, 3)) < 0.4\n"
+      "np.save(d + 'x.npy', x); np.save(d + 'tb.npy', t); np.save(d + 'tu.npy', t.astype(np.uint8))\n"
+      "soft = (t * 0.75 + 0.125).astype(np.float64); np.save(d + 'tsoft.npy', soft)\n"
+      "save_st(d + 't.safetensors', {'t': t.astype(np.float32)})\n"
+      "bad = t.astype(np.uint8); bad[4, 2] = 2; np.save(d + 'tbad.npy', bad)\n"
+      "fbad = t.astype(np.float32); fbad[6, 1] = 1.5; np.save(d + 'tfbad.npy', fbad)\n"
+      "fnan = t.astype(np.float32); fnan[2, 0] = np.nan; np.save(d + 'tnan.npy', fnan)\n"
+      "print(' '.join(str(int(v)) for v in t.ravel()))\n");
+  std::vector<float> want;
+  std::istringstream in(rows);
+  for (int v; in >> v;) want.push_back(static_cast<float>(v));
+  ASSERT_EQ(want.size(), 33u);
+  for (const std::string file : {"tb.npy", "tu.npy", "t.safetensors"}) {
+    auto s = std::shared_ptr<const ArraySource>(load_array_source(d / "x.npy", d / file));
+    ASSERT_EQ(s->target_width(), 3) << file;
+    EXPECT_EQ(s->num_classes(), 3) << file;
+    for (int64_t i = 0; i < s->size(); ++i) {
+      EXPECT_EQ(s->label(i), -1) << file;
+      EXPECT_EQ(std::vector<float>(s->targets(i), s->targets(i) + 3),
+                std::vector<float>(want.begin() + 3 * i, want.begin() + 3 * i + 3))
+          << file << " sample " << i;
+    }
+  }
+  auto soft = std::shared_ptr<const ArraySource>(load_array_source(d / "x.npy", d / "tsoft.npy"));
+  EXPECT_FLOAT_EQ(soft->targets(0)[0], want[0] * 0.75f + 0.125f);
+  // Through the loader: every batch row is its sample's targets.
+  auto s = std::shared_ptr<const ArraySource>(load_array_source(d / "x.npy", d / "tu.npy"));
+  LoaderOptions lo;
+  lo.batch_size = 4;
+  lo.threads = 2;
+  Loader loader(std::make_shared<ArrayPipeline>(s, 0.5f, 1), Sampler(11, true, 5, {1, 0, false}), lo);
+  loader.start_epoch(1);
+  int64_t seen = 0;
+  while (auto b = loader.next()) {
+    ASSERT_EQ(b->target_width, 3);
+    ASSERT_EQ(b->targets.size(), b->sample_ids.size() * 3);
+    for (size_t r = 0; r < b->sample_ids.size(); ++r, ++seen) {
+      const int64_t id = b->sample_ids[r];
+      EXPECT_EQ(std::vector<float>(b->targets.begin() + 3 * r, b->targets.begin() + 3 * r + 3),
+                std::vector<float>(want.begin() + 3 * id, want.begin() + 3 * id + 3))
+          << "batch " << b->index << " row " << r;
+    }
+  }
+  EXPECT_EQ(seen, 11);
+  test::expect_bad_input([&] { load_array_source(d / "x.npy", d / "tbad.npy"); },
+                         {"tbad.npy", "sample 4 class 2 is 2", "0 or 1"});
+  test::expect_bad_input([&] { load_array_source(d / "x.npy", d / "tfbad.npy"); },
+                         {"tfbad.npy", "sample 6 class 1 is 1.5", "within 0"});
+  test::expect_bad_input([&] { load_array_source(d / "x.npy", d / "tnan.npy"); }, {"tnan.npy", "sample 2 class 0"});
 }
 
 TEST(ArraySource, ArrayRefSplitsNameOnlyWhenTheWholeIsNoFile) {

@@ -270,6 +270,38 @@ TEST_F(PredictCli, TwoRanksWriteTheFileOneProcessWrites) {
 // bf16 autocast (the default recipe) rounds many logits to equal values: where the best two tie,
 // top[0] must still be the class `crucible eval`'s argmax counts (the lower id), so the
 // accuracies stay equal.
+// Without a run to take a checkpoint from, predict takes the config's own weights: model.init
+// (here the run's checkpoint saved by python3-torch as a plain state dict, "model." prefix
+// off) gives the very file the checkpoint gives. With neither, exit 2 naming all three sources.
+TEST_F(PredictCli, ModelInitWeightsPredictWithoutARun) {
+  test::run_python("import json, struct, torch, numpy as np\n"
+                   "b = open('" + checkpoint() + "', 'rb').read(); n = struct.unpack('<Q', b[:8])[0]\n"
+                   "h = json.loads(b[8:8 + n]); dt = {'F32': np.float32, 'I64': np.int64}\n"
+                   "sd = {k[6:]: torch.from_numpy(np.frombuffer(b[8 + n + e['data_offsets'][0]:8 + n + "
+                   "e['data_offsets'][1]], dt[e['dtype']]).reshape(e['shape']).copy())\n"
+                   "      for k, e in h.items() if k.startswith('model.')}\n"
+                   "torch.save(sd, '" + path("weights.pt") + "')\n");
+  auto ckpt = test::run_command(predict({"--top", "3", "--out", path("ckpt.jsonl")}));
+  ASSERT_EQ(ckpt.exit_code, 0) << ckpt.out << ckpt.err;
+  std::vector<std::string> cmd = {test::crucible_binary(), "predict", "--set", "run.dir=" + dir_->path(),
+                                  "--set", "run.name=never-trained", "--set",
+                                  "data.test_samples=" + std::to_string(kTestSamples),
+                                  "--set", "train.precision=fp32", "--set", "train.channels_last=false",
+                                  "--set", "model.init=" + path("weights.pt"),
+                                  "--top", "3", "--out", path("init.jsonl")};
+  auto init = test::run_command(cmd);
+  ASSERT_EQ(init.exit_code, 0) << init.out << init.err;
+  expect_contains(init.out + init.err, {"model.init weights from", "weights.pt"});
+  EXPECT_EQ(test::read_text(path("init.jsonl")), test::read_text(path("ckpt.jsonl")));
+  // No checkpoint, no model.init: exit 2, nothing written.
+  cmd[cmd.size() - 5] = "model.init=";
+  cmd.back() = path("none.jsonl");
+  auto none = test::run_command(cmd);
+  EXPECT_EQ(none.exit_code, 2) << none.out << none.err;
+  expect_contains(none.err, {"never-trained", "--checkpoint", "model.init", "torchscript"});
+  EXPECT_FALSE(fs::exists(path("none.jsonl")));
+}
+
 TEST(PredictCliBf16, TiedLogitsRankAsEvalsArgmax) {
   test::TempDir d;
   const std::vector<std::string> job = {"--set", "run.dir=" + d.path(), "--set", "run.name=bf", "--set",

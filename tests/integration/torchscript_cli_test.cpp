@@ -6,6 +6,8 @@
 // options, and assert on the exit code, the log or the run folder.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <regex>
 
@@ -143,6 +145,25 @@ TEST(TorchScriptCli, TrainsLikeAPlainPytorchLoopAndWritesTheModuleBack) {
   EXPECT_GT(j["moved"].get<double>(), 1e-2);  // it trained
   EXPECT_TRUE(j["same"].get<bool>());         // safetensors holds what the TorchScript file holds
   EXPECT_EQ(j["tracked"].get<int64_t>(), kSteps);  // BatchNorm buffers updated in train mode only
+
+  // predict from the module written back, with no run behind it (model.name = "torchscript"
+  // and its model.path are the model source), writes the very file predict writes from the
+  // run's checkpoint: the same weights, in eval mode, on the same test data.
+  auto predict = [&](const std::string& name, const std::string& module, const std::string& out) {
+    std::vector<std::string> cmd = ts_run(d, name, module);
+    cmd[1] = "predict";
+    cmd.insert(cmd.end(), {"--top", "3", "--out", d / out});
+    return test::run_command(cmd);
+  };
+  auto from_ckpt = predict("ts", "net.pt", "ckpt.jsonl");
+  ASSERT_EQ(from_ckpt.exit_code, 0) << from_ckpt.out << from_ckpt.err;
+  auto from_module = predict("nothing-trained", "ts/model.ts.pt", "module.jsonl");
+  ASSERT_EQ(from_module.exit_code, 0) << from_module.out << from_module.err;
+  expect_contains(from_module.out + from_module.err, {"TorchScript module", "ts/model.ts.pt"});
+  const std::string ckpt_file = test::read_text(d / "ckpt.jsonl");
+  EXPECT_EQ(test::read_text(d / "module.jsonl"), ckpt_file);
+  EXPECT_EQ(std::count(ckpt_file.begin(), ckpt_file.end(), '\n'), 64);
+  EXPECT_FALSE(fs::exists(d / "nothing-trained"));  // predict creates no run folder
 }
 
 TEST(TorchScriptCli, ResumedRunEqualsUninterruptedOne) {

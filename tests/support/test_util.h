@@ -80,6 +80,11 @@ inline void expect_contains(const std::string& text, const std::string& needle) 
   EXPECT_NE(text.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << text;
 }
 
+// Expects every one of `needles` in `text`.
+inline void expect_contains(const std::string& text, std::initializer_list<const char*> needles) {
+  for (const char* needle : needles) expect_contains(text, needle);
+}
+
 // Runs f and expects a bad-input crucible::Error whose message contains every needle.
 template <typename F>
 void expect_bad_input(F f, std::initializer_list<const char*> needles) {

@@ -202,5 +202,51 @@ TEST(Registries, CrossEntropyMatchesTorchsDefinition) {
   expect_bad_input([&] { make_loss({opt, 4, c10::Device(c10::kCPU)}); }, {"loss.class_weights", "2 weights", "4 classes"});
 }
 
+// binary_cross_entropy (multi-label): by hand, each class an independent sigmoid,
+//   mean over samples and classes of w_c [-(q log σ(x) - (1 - q) log(1 - σ(x)))], q = t (1 - ε) + ε/2;
+// the per-sample loss is the class mean without smoothing (weights kept); class indices
+// are one-hot targets; probabilities are sigmoids (cross_entropy's: softmax rows summing to 1).
+// cross_entropy refuses multi-label data, at build time and for [B, C] targets, naming the fix.
+TEST(Registries, BinaryCrossEntropyMatchesItsDefinitionAndCrossEntropyRefusesMultiLabel) {
+  at::manual_seed(1);
+  const at::Tensor logits = at::randn({6, 4}) * 3;
+  const at::Tensor t = at::rand({6, 4}).lt(0.4).to(at::kFloat);
+  LossSection opt;
+  opt.name = "binary_cross_entropy";
+  opt.label_smoothing = 0.2;
+  opt.class_weights = {1, 2, 0.5, 1};
+  auto loss = make_loss({opt, 4, c10::Device(c10::kCPU), true});
+  const at::Tensor x = logits.to(at::kDouble), w = at::tensor({1.0, 2.0, 0.5, 1.0}, at::kDouble);
+  auto by_hand = [&](const at::Tensor& q) {  // [6, 4] in double
+    return -(q * at::log(at::sigmoid(x)) + (1 - q) * at::log(1 - at::sigmoid(x))) * w;
+  };
+  const at::Tensor q = t.to(at::kDouble) * 0.8 + 0.1;
+  EXPECT_NEAR(loss->mean(logits, t).item<double>(), by_hand(q).mean().item<double>(), 1e-6);
+  const at::Tensor per = loss->per_sample(logits, t);
+  ASSERT_EQ(per.sizes(), (std::vector<int64_t>{6}));
+  EXPECT_TRUE(at::allclose(per.to(at::kDouble), by_hand(t.to(at::kDouble)).mean(1), 1e-6, 1e-6));
+  // Class indices: one-hot targets.
+  const at::Tensor y = at::tensor({0, 3, 2, 2, 1, 0}, at::kLong);
+  EXPECT_NEAR(loss->mean(logits, y).item<double>(), loss->mean(logits, at::one_hot(y, 4).to(at::kFloat)).item<double>(),
+              1e-7);
+  EXPECT_TRUE(at::allclose(loss->probabilities(logits), at::sigmoid(logits)));
+  // cross_entropy: softmax probabilities; multi-label data refused.
+  LossSection ce;
+  auto ce_loss = make_loss({ce, 4, c10::Device(c10::kCPU)});
+  EXPECT_TRUE(at::allclose(ce_loss->probabilities(logits).sum(1), at::ones({6})));
+  expect_bad_input([&] { make_loss({ce, 4, c10::Device(c10::kCPU), true}); },
+                   {"cross_entropy", "multi-label", "binary_cross_entropy"});
+  expect_bad_input([&] { ce_loss->mean(logits, t); }, {"multi-label", "binary_cross_entropy"});
+  // The hit rules the Evaluator and the step count with: the top class present (precision at 1),
+  // a present class among the top k; with class indices, the plain top-1 / top-k.
+  const at::Tensor z = at::tensor({0.1, 2.0, -1.0, 0.5, 3.0, 0.0, 1.0, 2.0}, at::kFloat).reshape({2, 4});
+  const at::Tensor m = at::tensor({0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0}, at::kFloat).reshape({2, 4});
+  auto bools = [](std::vector<int64_t> v) { return at::tensor(v, at::kLong).to(at::kBool); };
+  EXPECT_TRUE(top1_hits(z, m).equal(bools({1, 0})));
+  EXPECT_TRUE(topk_hits(z, m, 2).equal(bools({1, 0})));
+  EXPECT_TRUE(topk_hits(z, m, 3).equal(bools({1, 1})));
+  EXPECT_TRUE(top1_hits(z, at::tensor({1, 2}, at::kLong)).equal(bools({1, 0})));
+}
+
 }  // namespace
 }  // namespace crucible::train

@@ -41,11 +41,13 @@ OpenedArray open_array(const std::string& ref, uint64_t memory_budget = 0);
 // or float features [n, channels, height, width], [n, height, width] (1 channel) or [n, d]
 // (as [d, 1, 1]) in float32 (float16, bfloat16 and float64 are converted to float32 sample by
 // sample), which the model takes as they are. Labels are integer class indices [n], kept in
-// RAM as int64. Immutable; thread-safe (const).
+// RAM as int64, or multi-label targets [n, classes] (bool or integer 0/1, or float within 0–1),
+// kept in RAM as float32 (label() is then -1). Immutable; thread-safe (const).
 class ArraySource final : public Source {
  public:
   // Use load_array_source.
-  ArraySource(OpenedArray features, int64_t n, std::vector<int64_t> labels, std::string labels_where);
+  ArraySource(OpenedArray features, int64_t n, std::vector<int64_t> labels, std::string labels_where,
+              std::vector<float> targets = {}, int64_t target_width = 0);
 
   int64_t size() const override { return n_; }
   ImageSpec spec() const override { return spec_; }
@@ -56,6 +58,10 @@ class ArraySource final : public Source {
   int64_t label(int64_t i) const override { return labels_[static_cast<size_t>(i)]; }
   int64_t num_classes() const override { return num_classes_; }
   std::string describe() const override;
+  int64_t target_width() const override { return target_width_; }
+  const float* targets(int64_t i) const override {
+    return target_width_ > 0 ? targets_.data() + i * target_width_ : nullptr;
+  }
 
   io::DType stored_dtype() const { return features_.array.dtype; }
   const std::vector<int64_t>& stored_shape() const { return features_.array.shape; }  // all samples in the file
@@ -80,12 +86,15 @@ class ArraySource final : public Source {
   int64_t stored_sample_bytes_ = 0;
   std::vector<int64_t> labels_;
   std::string labels_where_;
+  std::vector<float> targets_;  // [n, target_width_] multi-label targets; empty for class indices
+  int64_t target_width_ = 0;
   int64_t num_classes_ = 0;
 };
 
 // Opens data.*_images / data.*_labels values (ArrayRef syntax). Throws bad_input naming the
-// file(s) for: a features dtype or rank other than above, labels that are not integers of shape
-// [n], counts that differ (naming both files and counts), a negative label (naming its index),
+// file(s) for: a features dtype or rank other than above, labels that are neither integers of
+// shape [n] nor targets of shape [n, classes] (a target other than 0/1, or outside 0–1 for
+// floats, names its sample and class), counts that differ (naming both files and counts), a negative label (naming its index),
 // and `limit` above the sample count (naming `limit_name`). `limit` > 0 keeps the first
 // `limit` samples; num_classes() is the largest kept label + 1.
 std::unique_ptr<ArraySource> load_array_source(const std::string& features, const std::string& labels,

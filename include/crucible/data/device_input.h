@@ -48,7 +48,9 @@ class DeviceInput {
   // D9: an allocator for the loader that puts batches in pinned host memory when the device is
   // a GPU (null on CPU: the heap is right there). The batch must outlive the copy.
   static std::function<PixelBuffer(size_t)> batch_allocator(c10::Device device);
-  at::Tensor labels(const Batch& batch) const;  // [B] int64
+  // The batch's targets on the device: [B] int64 class indices, or for multi-label data
+  // (batch.target_width > 0) [B, classes] float32 0–1 targets.
+  at::Tensor labels(const Batch& batch) const;
   std::string describe() const;
   InputConvention delivers() const;
 

@@ -74,7 +74,9 @@ struct Batch {
   bool channels_first = false;       // pixels are [size, channels, height, width]
   PixelBuffer pixels;                // [size, height, width, channels] uint8 (or NCHW, above);
                                      // features: [size, channels, height, width] float32
-  std::vector<int64_t> labels;       // [size]
+  std::vector<int64_t> labels;       // [size] class indices (-1 for multi-label data)
+  int64_t target_width = 0;          // multi-label data: targets per sample (the classes); else 0
+  std::vector<float> targets;        // [size, target_width] 0–1 targets (empty when target_width is 0)
   std::vector<std::string> skipped;  // "name: reason" of samples left out (skip policy)
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
 };

@@ -32,6 +32,10 @@ class SamplePipeline {
   virtual std::string describe() const = 0;
   // D6: file descriptors needed with `threads` workers reading at once.
   virtual int files_needed(int threads) const { return 0; }
+  // Multi-label data (Source::target_width): targets per sample, 0 for a class index; and
+  // sample `index`'s targets into `dst` ([target_width()] floats).
+  virtual int64_t target_width() const { return 0; }
+  virtual void copy_targets(int64_t index, float* dst) const {}
 };
 
 // Fixed-size samples of a Source (IDX images in RAM, array files mapped), with a random
@@ -43,6 +47,8 @@ class ArrayPipeline final : public SamplePipeline {
   ImageSpec output_spec() const override { return source_->spec(); }
   int64_t produce(int64_t index, int64_t epoch, uint8_t* dst) const override;
   std::string describe() const override;
+  int64_t target_width() const override { return source_->target_width(); }
+  void copy_targets(int64_t index, float* dst) const override;
 
  private:
   std::shared_ptr<const Source> source_;

@@ -26,9 +26,16 @@ class Source {
   virtual void copy_sample(int64_t i, uint8_t* dst) const {
     std::memcpy(dst, pixels(i), static_cast<size_t>(spec().bytes()));
   }
+  // Sample i's class index; -1 for multi-label data (target_width() > 0).
   virtual int64_t label(int64_t i) const = 0;
   virtual int64_t num_classes() const = 0;
   virtual std::string describe() const = 0;
+  // Multi-label data: the number of 0–1 targets of each sample (one per class), 0 when each
+  // sample has one class index instead.
+  virtual int64_t target_width() const { return 0; }
+  // The [target_width()] float targets of sample i (1 = the class is present), valid while the
+  // source lives; nullptr when target_width() is 0.
+  virtual const float* targets(int64_t i) const { return nullptr; }
 };
 
 // Images and labels in RAM.

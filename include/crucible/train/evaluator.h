@@ -28,8 +28,10 @@ class Loss;
 
 struct EvalResult {
   double loss = 0;      // mean per-sample loss (no label smoothing)
-  double acc = 0;       // top-1, 0–1 (argmax: the first of tied maxima)
+  double acc = 0;       // top-1, 0–1 (argmax: the first of tied maxima); multi-label: the top
+                        // class is present (precision at 1)
   double top5 = 0;      // top-k, k = min(5, classes), 0–1: the label among torch.topk's k indices
+                        // (multi-label: a present class among them)
   int64_t samples = 0;  // distinct samples evaluated (over all ranks)
 };
 

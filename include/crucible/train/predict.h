@@ -25,16 +25,21 @@ class Comm;
 
 namespace crucible::train {
 
+class Loss;
+
 struct PredictOptions {
   std::string out;         // the file to write: ".jsonl" or ".csv" (anything else is bad_input)
   int64_t top_k = 5;       // K ≥ 1 classes per sample; clamped to the model's class count
   std::string checkpoint;  // the model's weights; empty = the newest checkpoint that verifies in
-                           // <run.dir>/<run.name>/checkpoints
+                           // <run.dir>/<run.name>/checkpoints, or with none there the config's own
+                           // (model.init, or a TorchScript model.path)
 };
 
 enum class PredictFormat {
-  kJsonl,  // {"index":i,"label":y,"top":[c1,…,cK],"prob":[p1,…,pK]} per line
-  kCsv,    // header index,label,top1,…,topK,prob1,…,probK; one row per sample
+  kJsonl,  // {"index":i,"label":y,"top":[c1,…,cK],"prob":[p1,…,pK]} per line; multi-label data:
+           // "label":[the present classes]
+  kCsv,    // header index,label,top1,…,topK,prob1,…,probK; one row per sample; multi-label data:
+           // label is the present classes separated by spaces
 };
 
 // The format `options.out` names by its extension. bad_input for K < 1 or another extension,
@@ -46,12 +51,15 @@ struct Predictions {
   int64_t k = 0;               // classes per sample: min(K, classes)
   int64_t classes = 0;         // the model's output width (0 when no sample was seen)
   std::vector<int64_t> index;  // [n] sample ids, ascending
-  std::vector<int64_t> label;  // [n]
+  std::vector<int64_t> label;  // [n] class index (-1 for multi-label data)
+  bool multi_label = false;
+  std::vector<std::vector<int64_t>> present;  // multi-label data: [n] the classes present, ascending
   std::vector<int64_t> top;    // [n, k] class ids, best first; equal logits: lower id first (argmax's pick)
-  std::vector<double> prob;    // [n, k] softmax probabilities (computed in double) of those classes
+  std::vector<double> prob;    // [n, k] the loss's probabilities (computed in double) of those classes:
+                               // softmax for cross-entropy, sigmoid per class for binary cross-entropy
   int64_t size() const { return static_cast<int64_t>(index.size()); }
-  double top1_accuracy() const;  // fraction with top[0] == label, 0–1 (0 when empty)
-  double topk_accuracy() const;  // fraction with label among the k
+  double top1_accuracy() const;  // fraction with top[0] right (== label, or present), 0–1 (0 when empty)
+  double topk_accuracy() const;  // fraction with a right class among the k
 };
 
 // The whole file's text. Numbers are written as the shortest decimal that reads back as the
@@ -65,8 +73,8 @@ void write_predictions(const std::string& path, const Predictions& p, PredictFor
 class Predictor {
  public:
   // Everything must outlive the predictor; `comm` is null in a single process. Not thread-safe.
-  Predictor(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Precision& precision,
-            c10::Device device, dist::Comm* comm = nullptr);
+  Predictor(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Loss& loss,
+            const Precision& precision, c10::Device device, dist::Comm* comm = nullptr);
   // One pass over the loader (epoch 0). Under data parallel every rank returns the whole set.
   Predictions run(int64_t top_k);
 
@@ -74,6 +82,7 @@ class Predictor {
   nn::Model& model_;
   data::Loader& loader_;
   const data::DeviceInput& input_;
+  const Loss& loss_;
   Precision precision_;
   c10::Device device_;
   dist::Comm* comm_;
