@@ -141,7 +141,11 @@ TEST(DistTrain, EvaluationOnThreeRanksEqualsOneProcessX2) {
   std::printf("test accuracy: 1 process %.4f, 3 ranks %.4f; loss %.17g vs %.17g\n", s["test_acc"].get<double>(),
               t["test_acc"].get<double>(), s["test_loss"].get<double>(), t["test_loss"].get<double>());
   EXPECT_EQ(s["test_acc"], t["test_acc"]);
-  EXPECT_NEAR(s["test_loss"].get<double>(), t["test_loss"].get<double>(), 1e-9);
+  // The loss to 1e-6 relative, not to the last bit: ranks evaluate in batches of other sizes
+  // (1000, 1000, 1000, 334 against 10 × 1000), and oneDNN chooses its bf16 kernels by batch size,
+  // so a sample's logits may differ in the last bit (an AVX512-BF16 Xeon gave 1.2e-7 relative; an
+  // EPYC none). Counting the 2 padded samples, the bug this guards, moves the loss ~1e-4.
+  EXPECT_NEAR(s["test_loss"].get<double>(), t["test_loss"].get<double>(), 1e-6 * s["test_loss"].get<double>());
   EXPECT_EQ(s["params_sha256"], t["params_sha256"]);
   expect_contains(three.out, "(10000 samples over 3 ranks");
   EXPECT_EQ(std::count(three.out.begin(), three.out.end(), '{'), 1) << "only rank 0 prints:\n" << three.out;
