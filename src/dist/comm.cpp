@@ -234,17 +234,20 @@ at::Tensor Comm::all_gather(const at::Tensor& t) {
   return at::stack(outputs[0]);
 }
 
+// outside the step: evaluation and predict gather their per-sample rows (host reads below).
 at::Tensor Comm::all_gather_varying(const at::Tensor& t) {
   const at::Tensor sizes = all_gather(at::full({1}, t.size(0), at::TensorOptions().dtype(at::kLong).device(t.device())))
-                               .to(at::kCPU);
-  const int64_t most = sizes.max().item<int64_t>();
+                               .to(at::kCPU);  // outside the step: see above
+  const int64_t most = sizes.max().item<int64_t>();  // outside the step: see above
   std::vector<int64_t> shape = t.sizes().vec();
   shape[0] = most;
   at::Tensor padded = at::zeros(shape, t.options());
   if (t.size(0) > 0) padded.narrow(0, 0, t.size(0)).copy_(t);
   const at::Tensor all = all_gather(padded);
   std::vector<at::Tensor> parts;
-  for (int r = 0; r < size(); ++r) parts.push_back(all[r].narrow(0, 0, sizes[r][0].item<int64_t>()));
+  for (int r = 0; r < size(); ++r) {
+    parts.push_back(all[r].narrow(0, 0, sizes[r][0].item<int64_t>()));  // outside the step: see above
+  }
   return at::cat(parts);
 }
 
@@ -286,6 +289,7 @@ void rank0_then_all(Comm* comm, const std::string& what, const std::function<voi
   at::Tensor failed = at::full({1}, error ? 1.0f : 0.0f, at::TensorOptions().device(comm->device()));
   comm->all_reduce_sum(failed);
   if (error) std::rethrow_exception(error);
+  // outside the step: set-up and checkpoint writes
   if (failed.item<float>() > 0) throw runtime_error("rank {}: rank 0 failed to {}; see its error", comm->rank(), what);
 }
 

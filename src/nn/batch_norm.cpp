@@ -12,6 +12,7 @@
 #include <ostream>
 
 #include "crucible/core/error.h"
+#include "crucible/core/host_read.h"
 
 namespace crucible::nn {
 namespace {
@@ -56,7 +57,7 @@ struct SyncBatchNormFn : torch::autograd::Function<SyncBatchNormFn> {
     const at::Tensor all = coll->all_gather(stats);  // [ranks, 2C+1]
     const at::Tensor counts = all.select(1, 2 * c).unsqueeze(1);
     const at::Tensor total = counts.sum();
-    const double n_total = total.item<double>();
+    const double n_total = host_values(total, HostRead::kSyncBnCount)[0];
     if (n_total <= 1) {
       throw bad_input("SyncBatchNorm: {} value(s) per channel over all ranks; training needs more than 1", n_total);
     }

@@ -78,7 +78,7 @@ class TorchScriptModel final : public Model {
     // Written in eval mode (ready for inference; Python's .train() switches it back) from CPU
     // copies of the tensors, so torch.jit.load needs no map_location.
     torch::jit::Module copy = module_.deepcopy();
-    copy.to(at::kCPU);
+    copy.to(at::kCPU);  // outside the step: the end-of-run export
     copy.train(false);
     std::ostringstream bytes;
     copy.save(bytes);

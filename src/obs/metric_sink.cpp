@@ -26,6 +26,14 @@ void MetricSinks::step_done(int64_t step, int64_t epoch) {
   for (auto& s : sinks_) s->step_done(step, epoch);
 }
 
+void MetricSinks::histograms(int64_t step, const NamedHistograms& named) {
+  for (auto& s : sinks_) s->histograms(step, named);
+}
+
+void MetricSinks::finish(int64_t step) {
+  for (auto& s : sinks_) s->finish(step);
+}
+
 void MetricSinks::pause() {
   for (auto& s : sinks_) s->pause();
 }

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "crucible/core/error.h"
+#include "crucible/core/host_read.h"
 #include "crucible/train/checkpoint.h"
 
 namespace crucible::train {
@@ -62,13 +63,15 @@ bool all_finite(const std::vector<at::Tensor>& tensors) {
     at::Tensor f = at::isfinite(t).all();
     ok = ok.defined() ? at::logical_and(ok, f) : f;
   }
-  return !ok.defined() || ok.item<bool>();  // the one host read of the step
+  return !ok.defined() || host_values(ok, HostRead::kStepVote)[0] != 0.0;  // the one host read of the step
 }
 
 std::string first_non_finite(const std::vector<std::string>& names, const std::vector<at::Tensor>& tensors) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i].defined() && !at::isfinite(tensors[i]).all().item<bool>()) return names[i];
+    if (tensors[i].defined() && host_values(at::isfinite(tensors[i]).all(), HostRead::kDiagnosis)[0] == 0.0) {
+      return names[i];
+    }
   }
   return "";
 }

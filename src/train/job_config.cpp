@@ -140,6 +140,10 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   s.add("log", "every_steps", &j.log.every_steps, "read metrics and log every N steps").min(1);
   s.add("log", "progress", &j.log.progress, "progress display (auto = bar on a terminal, lines otherwise)")
       .choices({"auto", "bar", "lines", "none"});
+  s.add("log", "tensorboard", &j.log.tensorboard, "write TensorBoard event files to <run>/tb (scalars, config, histograms)");
+  s.add("log", "histogram_every", &j.log.histogram_every,
+        "TensorBoard histograms of every weight and gradient every N steps (0: none)")
+      .min(0);
 
   s.add("dist", "backend", &j.dist.backend, "collective backend: auto (nccl on CUDA, gloo on CPU), gloo, nccl")
       .choices({"auto", "gloo", "nccl"});

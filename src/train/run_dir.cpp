@@ -21,6 +21,18 @@ std::string resolved_toml(const JobConfig& job) {
   return schema.to_toml();
 }
 
+std::vector<std::pair<std::string, std::string>> hyperparameters(const JobConfig& job) {
+  JobConfig copy = job;
+  ConfigSchema schema;
+  bind_job_config(copy, schema);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto& [name, value] : schema.values()) {
+    if (name.rfind("run.", 0) == 0 || key_is_cosmetic(name)) continue;
+    out.emplace_back(name, value);
+  }
+  return out;
+}
+
 RunDir::RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank)
     : path_((fs::path(job.run.dir) / job.run.name).string()) {
   const std::string ckpt_dir = (fs::path(path_) / "checkpoints").string();
@@ -35,6 +47,7 @@ RunDir::RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank)
   if (restart && existed) {
     log_info("--restart: discarding the previous run in {}", path_);
     for (const char* f : {"metrics.jsonl", "summary.json", "train.log", "config.toml"}) fs::remove(fs::path(path_) / f);
+    fs::remove_all(tensorboard_dir());
     fs::remove_all(ckpt_dir);
   }
   std::error_code ec;
@@ -72,6 +85,7 @@ RunDir::RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank)
 }
 
 std::string RunDir::metrics_path() const { return (fs::path(path_) / "metrics.jsonl").string(); }
+std::string RunDir::tensorboard_dir() const { return (fs::path(path_) / "tb").string(); }
 
 void RunDir::write_summary(const std::string& text) const {
   write_file_atomic((fs::path(path_) / "summary.json").string(), text);

@@ -12,6 +12,7 @@
 
 #include "crucible/core/compat.h"
 #include "crucible/core/error.h"
+#include "crucible/core/host_read.h"
 #include "crucible/core/log.h"
 #include "crucible/dist/comm.h"
 #include "crucible/dist/grad_sync.h"
@@ -204,15 +205,16 @@ TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64
     flags[0] = at::logical_not(ok).to(at::kFloat);
     flags[1] = stop_requested ? 1.0 : 0.0;
     comm_->all_reduce_sum(flags);
-    const at::Tensor host = flags.to(at::kCPU);
-    finite = host[0].item<float>() == 0.0f;
-    result.stop_agreed = host[1].item<float>() > 0.0f;
+    const std::vector<double> host = host_values(flags, HostRead::kStepVote);
+    finite = host[0] == 0.0;
+    result.stop_agreed = host[1] > 0.0;
   } else {
     finite = all_finite(checked);
     result.stop_agreed = stop_requested;
   }
   result.taken = scaler_.update(!finite);
   if (result.taken) {
+    if (before_update) before_update(names_, grads);
     optimizer_.step(lr, momentum);
     counters_.bad_in_row = 0;
   } else {

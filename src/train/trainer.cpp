@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "crucible/core/compat.h"
 #include "crucible/core/config.h"
 #include "crucible/core/error.h"
+#include "crucible/core/host_read.h"
 #include "crucible/core/log.h"
 #include "crucible/core/memory.h"
 #include "crucible/core/rng.h"
@@ -39,11 +41,13 @@
 #include "crucible/nn/model.h"
 #include "crucible/obs/jsonl.h"
 #include "crucible/obs/metric_sink.h"
+#include "crucible/obs/tensorboard.h"
 #include "crucible/train/checkpoint.h"
 #include "crucible/train/data_setup.h"
 #include "crucible/train/evaluator.h"
 #include "crucible/train/fine_tune.h"
 #include "crucible/train/grad_scaler.h"
+#include "crucible/train/histogram.h"
 #include "crucible/train/loss.h"
 #include "crucible/train/optimizer.h"
 #include "crucible/train/predict.h"
@@ -99,7 +103,7 @@ RegisteredNames registered_names() {
 std::string params_sha256(nn::Model& model) {
   Sha256 h;
   auto add = [&h](const std::string& name, const at::Tensor& t) {
-    at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    at::Tensor c = t.detach().to(at::kCPU).contiguous();  // outside the step: the end-of-run digest
     h.update(fmt::format("{}:{}:{}:{}\n", name.size(), name, c10::toString(c.scalar_type()), fmt::join(c.sizes(), ",")));
     h.update(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
   };
@@ -122,6 +126,7 @@ void export_model(nn::Model& model, const std::string& run_dir) {
   keep.resize(all.size());
   std::vector<io::TensorBytes> bytes;
   for (size_t i = 0; i < all.size(); ++i) {
+    // outside the step: the end-of-run export
     bytes.push_back(io::tensor_bytes(all[i].name, all[i].tensor.detach().to(at::kCPU), keep[i]));
   }
   io::write_safetensors(st, bytes, {});
@@ -149,6 +154,9 @@ struct Trainer::Impl {
   int64_t steps_per_epoch = 0, total_steps = 0;
   RunState st;
   std::optional<int64_t> resumed_from;
+  // T6: host reads counted when this session's training loop started, and its first step.
+  std::array<int64_t, kHostReadReasons> host_reads_at_start{};
+  int64_t first_step = 0;
   std::vector<NamedTensor> params;  // what the optimizer updates, in the model's order
   PrecisionChoice choice;           // as configured, resumed, or timed ("auto")
   std::unique_ptr<FILE, int (*)(FILE*)> step_trace{nullptr, &std::fclose};  // test seam (M4)
@@ -232,13 +240,12 @@ void Trainer::Impl::verify_replicas() {
     fp[0] += d.sum();
     fp[1] += d.abs().sum();
   }
-  const at::Tensor all = comm->all_gather(fp).to(at::kCPU);
-  for (int r = 1; r < world.size; ++r) {
-    if (!at::equal(all[r], all[0])) {
+  const std::vector<double> all = host_values(comm->all_gather(fp), HostRead::kReplicas);  // [rank][2]
+  for (size_t r = 1; r < static_cast<size_t>(world.size); ++r) {
+    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) {
       throw runtime_error("step {}: rank {} holds different weights from rank 0 (fingerprints {:.17g}/{:.17g} vs "
                           "{:.17g}/{:.17g}); the replicas diverged",
-                          st.step, r, all[r][0].item<double>(), all[r][1].item<double>(), all[0][0].item<double>(),
-                          all[0][1].item<double>());
+                          st.step, r, all[2 * r], all[2 * r + 1], all[0], all[1]);
     }
   }
 }
@@ -610,10 +617,10 @@ void Trainer::Impl::read_interval(obs::MetricSinks& sinks, double lr, double mom
                                                 at::TensorOptions().dtype(at::kDouble).device(device)),
                               sums.grad_norm_max.to(at::kDouble), sums.clipped_norm_max.to(at::kDouble)});
   if (comm) comm->all_reduce_sum(all);
-  const at::Tensor host = all.to(at::kCPU);
-  const double samples = std::max(1.0, host[2].item<double>());
-  const double loss_mean = host[0].item<double>() / samples;
-  const double acc = host[1].item<double>() / samples;
+  const std::vector<double> host = host_values(all, HostRead::kInterval);
+  const double samples = std::max(1.0, host[2]);
+  const double loss_mean = host[0] / samples;
+  const double acc = host[1] / samples;
   const double ranks = comm ? static_cast<double>(world.size) : 1.0;
   if (!std::isfinite(loss_mean)) {
     throw diverged("training diverged: mean loss over steps {}–{} is {} (lr {:.4g}); the last good checkpoint in {} "
@@ -631,8 +638,8 @@ void Trainer::Impl::read_interval(obs::MetricSinks& sinks, double lr, double mom
                  {"samples_per_s", secs > 0 ? samples / secs : 0},
                  {"samples", st.samples}};
   if (job.train.clip_norm > 0) {
-    record["grad_norm_max"] = host[3].item<double>() / ranks;           // before clipping
-    record["grad_norm_max_clipped"] = host[4].item<double>() / ranks;   // what the optimizer saw
+    record["grad_norm_max"] = host[3] / ranks;           // before clipping
+    record["grad_norm_max_clipped"] = host[4] / ranks;   // what the optimizer saw
   }
   sinks.write(record);
   sums.zero();
@@ -665,6 +672,16 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
                      {"ms", t.ms}});
   }
   const StepCounters& c = step->counters();
+  // T6: this session's host reads in the training loop, by reason, and per step.
+  json host_reads = json::object();
+  int64_t reads = 0;
+  const auto now = host_read_counts();
+  for (int i = 0; i < kHostReadReasons; ++i) {
+    const int64_t n = now[static_cast<size_t>(i)] - host_reads_at_start[static_cast<size_t>(i)];
+    host_reads[host_read_name(static_cast<HostRead>(i))] = n;
+    reads += n;
+  }
+  const int64_t session_steps = st.step - first_step;
   json j = {{"test_acc", s.test_acc},
             {"test_top5", s.test_top5},
             {"test_loss", s.test_loss},
@@ -686,6 +703,8 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
             {"step_channels_last", stepped ? json(s.step_channels_last) : json(nullptr)},
             {"skipped_steps", c.skipped_steps},
             {"oom_retries", c.oom_retries},
+            {"host_reads", host_reads},
+            {"host_reads_per_step", session_steps > 0 ? json(static_cast<double>(reads) / session_steps) : json(nullptr)},
             {"loss_scale", scaler.enabled() ? json(scaler.scale()) : json(nullptr)},
             {"loss_scale_growth_tracker", scaler.enabled() ? json(scaler.growth_tracker()) : json(nullptr)},
             {"threads", compat::num_threads()},
@@ -830,11 +849,15 @@ TrainSummary Trainer::Impl::run() {
     // Records past the checkpoint will be written again by this session.
     if (main_rank()) {
       obs::filter_jsonl(metrics_path, [&](const json& r) { return r.value("step", int64_t{0}) <= st.step; });
+      obs::truncate_events(dir->tensorboard_dir(), st.step);
     }
   } else {
     if (flags.resume) throw bad_input("--resume: {} holds no checkpoint that verifies", checkpoints.dir());
     std::error_code ec;
-    if (main_rank()) fs::remove(metrics_path, ec);
+    if (main_rank()) {
+      fs::remove(metrics_path, ec);
+      fs::remove_all(dir->tensorboard_dir(), ec);
+    }
   }
   if (comm) {
     // Every replica starts from rank 0's weights, whatever its own initialisation or resume did.
@@ -853,9 +876,15 @@ TrainSummary Trainer::Impl::run() {
     sinks.add(std::make_unique<obs::JsonlSink>(metrics_path));
     sinks.add(std::make_unique<obs::ProgressSink>(obs::parse_progress_mode(job.log.progress, stdout_is_terminal()),
                                                   job.train.epochs, steps_per_epoch, total_steps));
+    if (job.log.tensorboard) {
+      sinks.add(std::make_unique<obs::TensorBoardSink>(dir->tensorboard_dir(), st.step, resolved_toml(job),
+                                                       hyperparameters(job)));
+    }
   }
   g_stop.store(false);
   Schedule::Point sp = schedule->at(st.step);
+  host_reads_at_start = host_read_counts();
+  first_step = st.step;
 
   while (st.step < stop_step && st.epoch < job.train.epochs) {
     train_loader->start_epoch(st.epoch, st.batch_in_epoch);
@@ -868,7 +897,18 @@ TrainSummary Trainer::Impl::run() {
 
       sp = schedule->at(st.step);
       bool stop = false;
+      const bool histograms = job.log.histogram_every > 0 && !sinks.empty() &&
+                              (st.step + 1) % job.log.histogram_every == 0;
+      obs::NamedHistograms grad_histograms;
+      if (histograms) {
+        step->before_update = [&](const std::vector<std::string>& names, const std::vector<at::Tensor>& grads) {
+          for (size_t i = 0; i < names.size(); ++i) {
+            if (grads[i].defined()) grad_histograms.emplace_back("grad/" + names[i], histogram_of(grads[i]));
+          }
+        };
+      }
       train_step(*batch, sp, &stop);
+      step->before_update = nullptr;
       ++st.step;
       ++st.batch_in_epoch;
       st.samples += batch->size() * world.size;  // global (exact unless the skip policy dropped samples)
@@ -878,6 +918,12 @@ TrainSummary Trainer::Impl::run() {
       st.train_seconds += dt;
       st.interval_seconds += dt;
       sinks.step_done(st.step, st.epoch);
+      if (histograms) {  // weights after the update, gradients as the update used them
+        obs::NamedHistograms named;
+        for (const auto& p : model->named_parameters()) named.emplace_back("weight/" + p.name, histogram_of(p.tensor));
+        for (auto& g : grad_histograms) named.push_back(std::move(g));
+        sinks.histograms(st.step, named);
+      }
 
       if (st.step % job.log.every_steps == 0) read_interval(sinks, sp.lr, sp.momentum);
       const bool epoch_end = st.batch_in_epoch == steps_per_epoch;
@@ -904,6 +950,7 @@ TrainSummary Trainer::Impl::run() {
     save_checkpoint();
   }
   if (main_rank()) export_model(*model, dir->path());
+  sinks.finish(st.step);
   return summarize(/*already_complete=*/false);
 }
 

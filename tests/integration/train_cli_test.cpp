@@ -110,6 +110,19 @@ TEST(TrainCli, HelpListsKeysWithDefaults) {
   }
 }
 
+// T6: the step reads the host once (the finiteness vote), the log interval once more (law 2);
+// summary.json counts them by reason from host_values(), the only way the training path reads
+// (tests/scripts/host_reads_test.py). A new read in the step changes these numbers.
+TEST(TrainCli, HostReadsPerStepAreTheVoteAndTheIntervalT6) {
+  test::TempDir d;
+  auto r = test::run_command(with(small_run(d, "reads"), {"--set", "train.max_steps=40", "--set", "log.every_steps=10"}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const json s = read_json(d / "reads/summary.json");
+  EXPECT_EQ(s["host_reads"], json::parse(R"({"step_vote": 40, "interval": 4, "sync_bn_count": 0, "diagnosis": 0,
+                                            "histogram": 0, "replicas": 0})"));
+  EXPECT_DOUBLE_EQ(s["host_reads_per_step"].get<double>(), 1.1);
+}
+
 TEST(TrainCli, RunFolderHoldsConfigMetricsCheckpointsAndSummary) {
   test::TempDir d;
   auto r = test::run_command(small_run(d, "folder", 1));

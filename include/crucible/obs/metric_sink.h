@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -16,6 +17,14 @@
 
 namespace crucible::obs {
 
+// A histogram as TensorBoard's HistogramProto holds it: bucket i counts the values in
+// (limits[i-1], limits[i]] (the first from `min`).
+struct Histogram {
+  double min = 0, max = 0, num = 0, sum = 0, sum_squares = 0;
+  std::vector<double> limits, counts;
+};
+using NamedHistograms = std::vector<std::pair<std::string, Histogram>>;
+
 class MetricSink {
  public:
   virtual ~MetricSink() = default;
@@ -23,6 +32,10 @@ class MetricSink {
   virtual void write(const nlohmann::json& record) = 0;
   // A training step finished (every step: must be cheap).
   virtual void step_done(int64_t step, int64_t epoch) {}
+  // Histograms of the weights and gradients (every log.histogram_every steps).
+  virtual void histograms(int64_t step, const NamedHistograms& named) {}
+  // The run ended at `step` (trained and evaluated); not called when it failed.
+  virtual void finish(int64_t step) {}
   // Something else is about to print (evaluation, checkpoint, the end): clear any live display.
   virtual void pause() {}
 };
@@ -56,6 +69,8 @@ class MetricSinks {
   void add(std::unique_ptr<MetricSink> sink) { sinks_.push_back(std::move(sink)); }
   void write(const nlohmann::json& record);
   void step_done(int64_t step, int64_t epoch);
+  void histograms(int64_t step, const NamedHistograms& named);
+  void finish(int64_t step);
   void pause();
   bool empty() const { return sinks_.empty(); }
 

@@ -95,6 +95,8 @@ struct CheckpointSection {
 struct LogSection {
   int64_t every_steps = 50;
   std::string progress = "auto";  // "auto" | "bar" | "lines" | "none"
+  bool tensorboard = true;         // runs/<name>/tb/events.out.tfevents.*
+  int64_t histogram_every = 0;     // weight and gradient histograms every N steps (0: none)
 };
 
 // Data parallel (used when the process runs under crucible launch, torchrun or SLURM with

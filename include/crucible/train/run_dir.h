@@ -1,5 +1,5 @@
 // RunDir: a run's folder <run.dir>/<run.name>/ — config.toml (the resolved job), train.log,
-// metrics.jsonl, summary.json, checkpoints/. Rank 0 owns it (law 4): it creates it, discards
+// metrics.jsonl, summary.json, checkpoints/, tb/ (TensorBoard). Rank 0 owns it (law 4): it creates it, discards
 // it on --restart, refuses --resume of nothing, and refuses to continue a run whose stored
 // config differs from this job in a key that changes results (listing each difference).
 // Other ranks only read its checkpoints. Not thread-safe.
@@ -7,6 +7,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "crucible/train/checkpoint.h"
 #include "crucible/train/job_config.h"
@@ -15,6 +17,9 @@ namespace crucible::train {
 
 // The job as TOML, every key resolved (config.toml, checkpoints' "config").
 std::string resolved_toml(const JobConfig& job);
+// The keys that change results (not run.*, not cosmetic), as (full name, TOML value): the
+// hyperparameters TensorBoard's HParams tab shows.
+std::vector<std::pair<std::string, std::string>> hyperparameters(const JobConfig& job);
 
 class RunDir {
  public:
@@ -23,6 +28,7 @@ class RunDir {
   const std::string& path() const { return path_; }
   CheckpointManager& checkpoints() { return *checkpoints_; }
   std::string metrics_path() const;
+  std::string tensorboard_dir() const;
   // Writes summary.json atomically (rank 0).
   void write_summary(const std::string& text) const;
 

@@ -122,6 +122,10 @@ class TrainStep {
   const MicroBatchRecord& ran() const { return ran_; }
   // Test seam (T16): called with each micro-batch's size before its forward.
   std::function<void(int64_t samples)> before_forward;
+  // When set: called with the gradients the optimizer is about to apply (averaged over ranks,
+  // unscaled, clipped; names parallel), on the steps it takes. The trainer sets it on the steps
+  // whose histograms it writes (log.histogram_every).
+  std::function<void(const std::vector<std::string>& names, const std::vector<at::Tensor>& grads)> before_update;
 
  private:
   nn::Model& model_;
