@@ -1,5 +1,5 @@
 // The `crucible` program, torch-free: inspect, convert, pack, bench, launch and sampler run
-// here and start in milliseconds; train, eval, predict and tune need libtorch, whose loading alone costs
+// here and start in milliseconds; train, eval, predict, tune and doctor need libtorch, whose loading alone costs
 // about a second and 160 MB of resident memory, so for them this process exec's
 // `crucible-torch` from its own folder with the same arguments (same pid, signals and exit
 // code). Only main turns errors into exit codes (0 ok, 1 runtime failure, 2 bad input/usage).
@@ -33,6 +33,7 @@ constexpr TorchCommand kTorchCommands[] = {
     {"eval", "evaluate a checkpoint on the test set (under crucible launch: sharded, gathered, exact)"},
     {"predict", "write each test sample's top-K classes and probabilities to a .jsonl or .csv file"},
     {"tune", "find settings by measuring them (tune batch)"},
+    {"doctor", "check the machine and the job before a long run (threads, memory, ulimit -n, bf16, CUDA, data)"},
 };
 
 std::string own_folder() {

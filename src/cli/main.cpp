@@ -17,6 +17,7 @@
 #include "crucible/core/log.h"
 #include "crucible/core/memory.h"
 #include "crucible/obs/progress.h"
+#include "crucible/train/doctor.h"
 #include "crucible/train/job_config.h"
 #include "crucible/train/predict.h"
 #include "crucible/train/trainer.h"
@@ -96,6 +97,23 @@ int run_eval(const std::string& config_path, const std::vector<std::string>& ove
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;
+}
+
+// Processes that will share this machine: crucible launch / torchrun's LOCAL_WORLD_SIZE, or
+// --nproc given to doctor.
+int run_doctor(const std::string& config_path, const std::vector<std::string>& overrides, int nproc, bool json) {
+  const train::JobConfig job = load_job(config_path, overrides);
+  const char* lws = std::getenv("LOCAL_WORLD_SIZE");
+  const int local = nproc > 0 ? nproc : (lws != nullptr ? std::max(1, std::atoi(lws)) : 1);
+  const train::DoctorReport r = train::run_doctor(job, local);
+  if (json) {
+    std::printf("%s\n", r.to_json().c_str());
+  } else {
+    std::printf("%s%s\n", r.to_text().c_str(),
+                r.failed() ? "doctor: a check failed: the run would fail or waste its time (fix above)"
+                           : "doctor: nothing would stop this run");
+  }
+  return r.failed() ? 1 : 0;
 }
 
 int run_predict(const std::string& config_path, const std::vector<std::string>& overrides,
@@ -181,6 +199,21 @@ int main(int argc, char** argv) {
       "Under crucible launch the test set is sharded and rank 0 writes the same file one process would.\n"
       "Exit codes: 0 ok, 1 runtime failure, 2 bad usage (K < 1, another extension, no checkpoint).");
 
+  std::string doctor_config;
+  std::vector<std::string> doctor_overrides;
+  int doctor_nproc = 0;
+  bool doctor_json = false;
+  CLI::App* doctor_cmd = app.add_subcommand(
+      "doctor", "check the machine and the job before a long run (threads, memory, ulimit -n, bf16, CUDA, data)");
+  doctor_cmd->add_option("config", doctor_config, "TOML config file (default: the built-in job)")
+      ->check(CLI::ExistingFile);
+  doctor_cmd->add_option("--set", doctor_overrides, "override one key: --set section.key=value (repeatable)")
+      ->type_name("KEY=VALUE");
+  doctor_cmd->add_option("--nproc", doctor_nproc, "processes that will train on this machine (crucible launch --nproc)")
+      ->check(CLI::PositiveNumber);
+  doctor_cmd->add_flag("--json", doctor_json, "print the checks as one JSON object");
+  doctor_cmd->footer("\nExit codes: 0 nothing would stop the run (warnings may be printed), 1 a check failed, 2 bad usage.");
+
   CLI::App* tune_cmd = app.add_subcommand("tune", "find settings by measuring them");
   tune_cmd->require_subcommand(1);
   std::string tune_config;
@@ -210,6 +243,7 @@ int main(int argc, char** argv) {
     if (train_cmd->parsed()) return run_train(config_path, overrides, resume, restart);
     if (eval_cmd->parsed()) return run_eval(eval_config, eval_overrides, eval_checkpoint, eval_json);
     if (predict_cmd->parsed()) return run_predict(predict_config, predict_overrides, predict_options);
+    if (doctor_cmd->parsed()) return run_doctor(doctor_config, doctor_overrides, doctor_nproc, doctor_json);
     if (tune_batch_cmd->parsed()) {
       if (tune_budget_mb <= 0) throw bad_input("tune batch: give --budget-mb (on CPU the budget cannot be read from a device)");
       return run_tune_batch(tune_config, tune_overrides, tune_budget_mb, tune_max, tune_json);

@@ -88,6 +88,11 @@ const char* bad_sample_policy_name(BadSamplePolicy policy) {
   return policy == BadSamplePolicy::kSkip ? "skip" : "fail";
 }
 
+int descriptors_needed(const SamplePipeline& pipeline, int threads) {
+  const int files = pipeline.files_needed(threads);
+  return files > 0 ? files + 64 : 0;  // + stdio, logs, checkpoints, libraries
+}
+
 Loader::Loader(std::shared_ptr<const SamplePipeline> pipeline, Sampler sampler, LoaderOptions options)
     : pipeline_(std::move(pipeline)), sampler_(sampler), options_(std::move(options)) {
   if (options_.batch_size < 1) throw bad_input("loader: batch_size must be >= 1, found {}", options_.batch_size);
@@ -96,13 +101,12 @@ Loader::Loader(std::shared_ptr<const SamplePipeline> pipeline, Sampler sampler, 
   if (sampler_.size() != pipeline_->size()) throw std::logic_error("Loader: sampler size differs from the pipeline's");
   // D6: compare the descriptors the readers need with the process limit, before any work.
   struct rlimit lim {};
-  const int need = pipeline_->files_needed(options_.threads);
+  const int need = descriptors_needed(*pipeline_, options_.threads);
   if (need > 0 && ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
-    const auto in_use = 64;  // stdio, logs, checkpoints, libraries
-    if (static_cast<rlim_t>(need + in_use) > lim.rlim_cur) {
+    if (static_cast<rlim_t>(need) > lim.rlim_cur) {
       throw bad_input("the loader needs about {} open files ({} threads reading {}) but `ulimit -n` is {}: raise it "
                       "(ulimit -n {}) or lower data.threads",
-                      need + in_use, options_.threads, pipeline_->describe(), lim.rlim_cur, need + in_use);
+                      need, options_.threads, pipeline_->describe(), lim.rlim_cur, need);
     }
   }
   if (!options_.allocate) {

@@ -1,7 +1,10 @@
 // bind_job_config: the reference of every config key (defaults, allowed values, help).
 #include "crucible/train/job_config.h"
 
+#include <algorithm>
+
 #include "crucible/core/config.h"
+#include "crucible/core/thread_pool.h"
 
 namespace crucible::train {
 
@@ -153,6 +156,11 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   s.add_enum("dist", "bn", &j.dist.bn,
              {{"broadcast", Bn::kBroadcast}, {"average", Bn::kAverage}, {"sync", Bn::kSync}},
              "BatchNorm statistics under data parallel (M2): broadcast (rank 0's), average, sync (SyncBatchNorm, M3)");
+}
+
+int compute_threads(const JobConfig& job, int local_ranks) {
+  return job.train.threads > 0 ? static_cast<int>(job.train.threads)
+                               : std::max(1, available_cores() / std::max(1, local_ranks));
 }
 
 bool key_is_cosmetic(const std::string& k) {

@@ -253,8 +253,7 @@ void Trainer::Impl::verify_replicas() {
 void Trainer::Impl::build() {
   const uint64_t seed = static_cast<uint64_t>(job.run.seed);
   // Compute threads: this machine's cores shared by its processes.
-  const int threads = job.train.threads > 0 ? static_cast<int>(job.train.threads)
-                                            : std::max(1, available_cores() / std::max(1, world.local_size));
+  const int threads = compute_threads(job, world.local_size);
   compat::set_num_threads(threads);
   const bool tuned = tune_host_allocator();
   log_info("crucible {} on libtorch {}: {} compute thread(s), device {}{}", CRUCIBLE_VERSION, compat::torch_version(),

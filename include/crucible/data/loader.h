@@ -157,6 +157,10 @@ struct LoaderThreadChoice {
 // the count. With max_threads ≤ 1 or an empty pipeline nothing is measured and the choice is 1.
 LoaderThreadChoice measure_loader_threads(const SamplePipeline& pipeline, int max_threads);
 
+// D6: the open files a loader of `threads` readers over `pipeline` needs, with the ~64 the rest of
+// the process holds (stdio, logs, checkpoints, libraries); 0 when the readers hold no files.
+int descriptors_needed(const SamplePipeline& pipeline, int threads);
+
 // measure_loader_threads(...).threads; `report` gets describe() when something was measured.
 int choose_loader_threads(const SamplePipeline& pipeline, int max_threads, std::string* report = nullptr);
 

@@ -139,4 +139,8 @@ const char* bn_name(DistSection::Bn bn);
 // allowed): logging, checkpoint cadence, loader threads.
 bool key_is_cosmetic(const std::string& full_name);
 
+// The compute threads each of `local_ranks` processes on this machine uses: train.threads, or
+// (0) the cores available shared among them.
+int compute_threads(const JobConfig& job, int local_ranks);
+
 }  // namespace crucible::train
