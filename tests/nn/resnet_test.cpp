@@ -39,6 +39,20 @@ constexpr uint64_t kSeed = 0;  // torch.manual_seed in Python, seed_cpu_generato
 // in Python, resnet50's train-mode logits differ from 1.13's by 2e-5 at 64×64 (batch statistics
 // over 2×2 maps amplify rounding) and by 2–3e-6 at 160×160, hence kSide.
 constexpr double kTolerance = 1e-5;
+
+// The oracle is Debian's torchvision on python3-torch 1.13. Against the same libtorch (make test)
+// the forwards agree to the last bit; a build against another libtorch (make test-torch2: 2.x)
+// runs other kernels whose rounding differs, up to 1.01e-5 relative in the BN running variance of
+// resnet50 on an AVX512 Xeon, so across versions the bound is 1e-4.
+double tolerance() {
+  static const double t = [] {
+    const std::string oracle = test::run_python("import torch; print(torch.__version__)");
+    const std::string mine = compat::torch_version();
+    auto minor = [](const std::string& v) { return v.substr(0, v.find('.', v.find('.') + 1)); };
+    return minor(oracle) == minor(mine) ? kTolerance : 1e-4;
+  }();
+  return t;
+}
 constexpr int kSide = 160;  // the oracle's input: [2, 3, kSide, kSide]
 
 // Python: torchvision.models.resnet{depth}(num_classes=10) after torch.manual_seed(kSeed); BN
@@ -189,12 +203,12 @@ void expect_torchvision_forward(int depth) {
     eval_out = model->forward(x);
   }
   const double eval_err = max_rel_error(eval_out, io::load_npy_tensor(d / "eval.npy"));
-  EXPECT_LT(eval_err, kTolerance) << "eval mode";
+  EXPECT_LT(eval_err, tolerance()) << "eval mode";
 
   m.train();
   const at::Tensor train_out = model->forward(x).detach();
   const double train_err = max_rel_error(train_out, io::load_npy_tensor(d / "train.npy"));
-  EXPECT_LT(train_err, kTolerance) << "train mode";
+  EXPECT_LT(train_err, tolerance()) << "train mode";
 
   // Running statistics after one train-mode step, in the oracle's BN order.
   std::map<std::string, at::Tensor> mine = state_tensors(m);
@@ -208,8 +222,8 @@ void expect_torchvision_forward(int depth) {
   }
   const double rm_err = max_rel_error(at::cat(rm), io::load_npy_tensor(d / "rm.npy"));
   const double rv_err = max_rel_error(at::cat(rv), io::load_npy_tensor(d / "rv.npy"));
-  EXPECT_LT(rm_err, kTolerance) << "running_mean";
-  EXPECT_LT(rv_err, kTolerance) << "running_var";
+  EXPECT_LT(rm_err, tolerance()) << "running_mean";
+  EXPECT_LT(rv_err, tolerance()) << "running_var";
   EXPECT_TRUE(at::equal(at::stack(nbt), io::load_npy_tensor(d / "nbt.npy"))) << "num_batches_tracked";
   std::printf(
       "resnet%d vs torchvision: max relative error eval %.3g, train %.3g, running_mean %.3g, "
