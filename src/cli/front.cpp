@@ -1,5 +1,5 @@
-// The `crucible` program, torch-free: inspect, convert, pack, bench, launch and sampler run
-// here and start in milliseconds; train, eval, predict, tune and doctor need libtorch, whose loading alone costs
+// The `crucible` program, torch-free: inspect, convert, pack, bench, launch, sampler and report
+// run here and start in milliseconds; train, eval, predict, tune and doctor need libtorch, whose loading alone costs
 // about a second and 160 MB of resident memory, so for them this process exec's
 // `crucible-torch` from its own folder with the same arguments (same pid, signals and exit
 // code). Only main turns errors into exit codes (0 ok, 1 runtime failure, 2 bad input/usage).
@@ -18,6 +18,7 @@
 #include "data_commands.h"
 #include "dist_commands.h"
 #include "io_commands.h"
+#include "report_command.h"
 
 namespace {
 
@@ -91,6 +92,8 @@ int main(int argc, char** argv) {
   CLI::App* launch_cmd = cli::add_launch(app, launch_options);
   cli::SamplerArgs sampler_args;
   CLI::App* sampler_cmd = cli::add_sampler(app, sampler_args);
+  cli::ReportArgs report_args;
+  CLI::App* report_cmd = cli::add_report(app, report_args);
 
   try {
     app.parse(argc, argv);
@@ -107,6 +110,7 @@ int main(int argc, char** argv) {
     if (bench_decode_cmd->parsed()) return cli::run_bench_decode(bench_decode_args);
     if (launch_cmd->parsed()) return cli::run_launch(launch_options);
     if (sampler_cmd->parsed()) return cli::run_sampler(sampler_args);
+    if (report_cmd->parsed()) return cli::run_report(report_args);
   } catch (const Error& e) {
     log_error("{}", e.what());
     return exit_code(e.kind());

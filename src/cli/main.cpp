@@ -75,7 +75,9 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  train::Trainer trainer(job, train::TrainFlags{resume, restart});
+  train::Trainer trainer(
+      job, train::TrainFlags{resume, restart,
+                             train::resolve_job_toml(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)")});
   train::TrainSummary s = trainer.run();
   log_info("{}: test accuracy {:.2f}%  train {}  wall {}  {:.0f} samples/s  params sha256 {}…  → {}/summary.json",
            s.already_complete ? "complete" : "done", 100 * s.test_acc, obs::Progress::format_duration(s.train_seconds),

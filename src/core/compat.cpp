@@ -22,6 +22,8 @@
 #if defined(CRUCIBLE_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #endif
 
 #include "crucible/core/error.h"
@@ -184,6 +186,39 @@ c10::Device resolve_device(const std::string& name) {
     return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
   }
   throw bad_input("train.device = \"{}\": expected auto, cpu, cuda or cuda:N", name);
+}
+
+#if defined(CRUCIBLE_WITH_CUDA)
+namespace {
+struct CudaMark final : TimelineMark {
+  at::cuda::CUDAEvent event{cudaEventDefault};  // timing on (CUDAEvent's default disables it)
+};
+}  // namespace
+#endif
+
+std::unique_ptr<TimelineMark> record_timeline_mark(c10::Device device) {
+#if defined(CRUCIBLE_WITH_CUDA)
+  if (device.is_cuda()) {
+    auto mark = std::make_unique<CudaMark>();
+    mark->event.record(at::cuda::getCurrentCUDAStream(device.index()));
+    return mark;
+  }
+#else
+  (void)device;
+#endif
+  return nullptr;
+}
+
+double timeline_seconds(TimelineMark& from, TimelineMark& to) {
+#if defined(CRUCIBLE_WITH_CUDA)
+  auto& a = dynamic_cast<CudaMark&>(from);
+  auto& b = dynamic_cast<CudaMark&>(to);
+  b.event.synchronize();
+  return static_cast<double>(a.event.elapsed_time(b.event)) / 1000.0;
+#else
+  (void)from, (void)to;
+  return 0;
+#endif
 }
 
 void release_cached_memory(c10::Device device) {

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <cstddef>  // defines __GLIBC__ on glibc systems
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -26,6 +29,41 @@ bool tune_host_allocator() {
 #else
   return false;
 #endif
+}
+
+bool cpuinfo_has_native_bf16(const std::string& cpuinfo, std::string* found) {
+  std::istringstream lines(cpuinfo);
+  for (std::string line; std::getline(lines, line);) {
+    // x86 "flags : …", Arm "Features : …"
+    if (line.rfind("flags", 0) != 0 && line.rfind("Features", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') == std::string::npos ? line.size() : line.find(':') + 1));
+    for (std::string w; words >> w;) {
+      if (w == "avx512_bf16" || w == "amx_bf16" || w == "bf16") {
+        if (found != nullptr) *found = w;
+        return true;
+      }
+    }
+  }
+  if (found != nullptr) found->clear();
+  return false;
+}
+
+bool cpu_has_native_bf16(std::string* found) {
+  std::ifstream in("/proc/cpuinfo");
+  std::stringstream text;
+  text << in.rdbuf();
+  return cpuinfo_has_native_bf16(text.str(), found);
+}
+
+uint64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
 }
 
 uint64_t physical_memory_bytes() {

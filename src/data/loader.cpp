@@ -161,11 +161,15 @@ void Loader::schedule_locked() {
         cancelled = gen != generation_;
       }
       if (!cancelled) {
+        const auto t0 = std::chrono::steady_clock::now();
         try {
           slot.batch = build(epoch, index, *order);
         } catch (...) {
           slot.error = std::current_exception();
         }
+        busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+                               .count(),
+                           std::memory_order_relaxed);
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -219,6 +223,7 @@ Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& or
     const int64_t id = order[static_cast<size_t>(k)];
     uint8_t* dst = b.pixels.data() + b.labels.size() * sample_bytes;  // compacted past skipped samples
     try {
+      if (options_.sample_delay.count() > 0) std::this_thread::sleep_for(options_.sample_delay);  // test seam
       b.labels.push_back(pipeline_->produce(id, epoch, transpose ? hwc.data() : dst));
       b.sample_ids.push_back(id);
       if (b.target_width > 0) {

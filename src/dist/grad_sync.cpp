@@ -6,7 +6,9 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
+#include <chrono>
 #include <functional>
+#include <thread>
 #include <mutex>
 #include <utility>
 
@@ -38,6 +40,7 @@ struct GradSync::Impl {
   using AccumulatorPtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
   std::vector<AccumulatorPtr> accumulators;  // keeps the hooks alive
   std::vector<uintptr_t> hook_keys;
+  std::chrono::microseconds test_delay{0};
   std::mutex mu;
   bool communicate = true;
   size_t next_launch = 0;
@@ -74,6 +77,7 @@ struct GradSync::Impl {
   void finish() {
     std::lock_guard<std::mutex> lock(mu);
     while (next_launch < buckets.size()) launch_locked(next_launch++);
+    if (test_delay.count() > 0) std::this_thread::sleep_for(test_delay);  // a slow network, as the step sees it
     const double world = static_cast<double>(comm.size());
     at::NoGradGuard no_grad;
     for (auto& k : buckets) {
@@ -160,6 +164,8 @@ void GradSync::communicate(bool on) {
 }
 
 void GradSync::finish() { impl_->finish(); }
+
+void GradSync::set_test_delay(std::chrono::microseconds delay) { impl_->test_delay = delay; }
 
 int64_t GradSync::num_buckets() const { return static_cast<int64_t>(impl_->buckets.size()); }
 

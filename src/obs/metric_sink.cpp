@@ -15,6 +15,7 @@ void ProgressSink::write(const nlohmann::json& record) {
   r.accuracy = record.value("acc", 0.0);
   r.lr = record.value("lr", 0.0);
   r.samples_per_s = record.value("samples_per_s", 0.0);
+  if (const auto v = record.find("verdict"); v != record.end() && v->is_string()) r.verdict = v->get<std::string>();
   progress_.reading(r, record.value("epoch", int64_t{0}));
 }
 

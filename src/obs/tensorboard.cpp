@@ -390,8 +390,12 @@ void TensorBoardSink::write(const nlohmann::json& record) {
   const int64_t step = record.value("step", int64_t{0});
   const double t = now_seconds();
   for (const auto& [key, value] : record.items()) {
-    if (key == "type" || key == "step" || !value.is_number()) continue;
-    writer_.scalar(type + "/" + key, step, value.get<double>(), t);
+    if (key == "type" || key == "step") continue;
+    if (value.is_number()) writer_.scalar(type + "/" + key, step, value.get<double>(), t);
+    if (!value.is_object()) continue;
+    for (const auto& [sub, v] : value.items()) {  // "breakdown": {"forward": 0.41, …} → train/breakdown/forward
+      if (v.is_number()) writer_.scalar(type + "/" + key + "/" + sub, step, v.get<double>(), t);
+    }
   }
   writer_.flush();
 }

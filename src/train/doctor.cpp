@@ -42,18 +42,6 @@ std::string gib(double bytes) {
                                       : fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0));
 }
 
-// MemAvailable from /proc/meminfo (what can be allocated without swapping), 0 when unknown.
-uint64_t available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return 0;
-}
-
 const char* status_name(Status s) {
   switch (s) {
     case Status::kOk: return "ok";

@@ -115,7 +115,8 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   s.add("train", "batch_size", &j.train.batch_size, "samples per optimizer step").min(1);
   s.add("train", "eval_batch_size", &j.train.eval_batch_size, "samples per evaluation batch").min(1);
   s.add_enum("train", "precision", &j.train.precision, precision_mode_names(),
-             "compute precision (bf16/fp16 = autocast mixed precision; auto = the fastest safe one, timed here)");
+             "compute precision (bf16/fp16 = autocast mixed precision; auto = bf16 where the CPU computes it in "
+             "hardware, else fp32; on a GPU the fastest safe one, timed)");
   s.add("train", "channels_last", &j.train.channels_last, "NHWC memory format for activations and weights");
   s.add("train", "multi_scale", &j.train.multi_scale,
         "M4: square input sizes, one per step drawn from (seed, step), the same on every rank; [] = off");
@@ -130,6 +131,9 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   s.add("train", "loss_scale", &j.train.loss_scale, "initial dynamic loss scale (T1)").positive();
   s.add("train", "loss_scale_interval", &j.train.loss_scale_interval, "fp16: clean steps before the scale doubles")
       .min(1);
+  using PR = TrainSection::Profile;
+  s.add_enum("train", "profile", &j.train.profile, {{"off", PR::kOff}, {"light", PR::kLight}},
+             "step-time breakdown and bottleneck verdict: light (timers, no sync per phase) | off");
   s.add("train", "deterministic", &j.train.deterministic, "deterministic algorithms only (M6)");
   s.add("train", "matmul_precision", &j.train.matmul_precision, "float32 matmul precision (T5; TF32 on GPUs)")
       .choices({"highest", "high", "medium"});
@@ -166,8 +170,16 @@ int compute_threads(const JobConfig& job, int local_ranks) {
 bool key_is_cosmetic(const std::string& k) {
   return k.rfind("log.", 0) == 0 || k == "checkpoint.every_steps" || k == "checkpoint.keep" || k == "data.threads" ||
          k == "data.prefetch" || k == "data.cache" || k == "data.cache_mb" || k == "train.eval_batch_size" || k == "train.max_steps" ||
-         k == "train.sync_debug" || k == "train.release_cache" || k == "dist.timeout_s" || k == "dist.bucket_mb" ||
+         k == "train.sync_debug" || k == "train.profile" || k == "train.release_cache" || k == "dist.timeout_s" || k == "dist.bucket_mb" ||
          k == "dist.backend";
+}
+
+std::string resolve_job_toml(const std::string& text, const std::string& source) {
+  JobConfig job;
+  ConfigSchema schema;
+  bind_job_config(job, schema);
+  schema.load_string(text, source);
+  return schema.to_toml();
 }
 
 }  // namespace crucible::train

@@ -63,6 +63,10 @@ Precision configured_precision(PrecisionMode mode, bool channels_last) {
   return {ComputeDtype::kFp32, channels_last};
 }
 
+Precision cpu_auto_precision(bool native_bf16, bool channels_last) {
+  return {native_bf16 ? ComputeDtype::kBf16 : ComputeDtype::kFp32, channels_last};
+}
+
 std::vector<std::pair<std::string, PrecisionMode>> precision_mode_names() {
   return {{"fp32", PrecisionMode::kFp32},
           {"bf16", PrecisionMode::kBf16},

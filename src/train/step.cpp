@@ -19,6 +19,7 @@
 #include "crucible/nn/model.h"
 #include "crucible/train/grad_scaler.h"
 #include "crucible/train/loss.h"
+#include "crucible/train/phase_clock.h"
 
 namespace crucible::train {
 namespace {
@@ -63,12 +64,14 @@ MicroBatchRecord accumulate_gradients(nn::Model& model, const at::Tensor& x, con
                  : at::cross_entropy_loss(logits, ys, {}, at::Reduction::Mean, -100, options.label_smoothing);
     }
     record.logits_dtype = logits.scalar_type();
+    if (options.clock != nullptr) options.clock->lap(Phase::kForward);
     const double weight = static_cast<double>(end - begin) / static_cast<double>(n);
     if (options.before_backward) options.before_backward(p == parts - 1);
     (loss * (weight * options.loss_scale)).backward();
     at::NoGradGuard no_grad;
     loss_sum.add_(loss.detach().to(at::kDouble), static_cast<double>(end - begin));
     correct.add_(top1_hits(logits.detach(), ys).sum());
+    if (options.clock != nullptr) options.clock->lap(Phase::kBackward);
   }
   return record;
 }
@@ -134,6 +137,7 @@ TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64
       o.amp_dtype = autocast_dtype(options_.precision);
       o.loss_scale = scaler_.enabled() ? scaler_.scale() : 1.0;
       o.before_forward = before_forward;
+      o.clock = clock_;
       if (grad_sync_ != nullptr) {
         o.before_backward = [this](bool last) { grad_sync_->communicate(last); };  // M5: only the last
       }
@@ -165,7 +169,13 @@ TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64
                step, (n + before - 1) / before, parts, (n + parts - 1) / parts);
     }
   }
-  if (grad_sync_ != nullptr) grad_sync_->finish();  // gradients averaged over ranks
+  auto lap = [this](Phase phase) {
+    if (clock_ != nullptr) clock_->lap(phase);
+  };
+  if (grad_sync_ != nullptr) {
+    grad_sync_->finish();  // gradients averaged over ranks
+    lap(Phase::kCommunication);  // what backward did not hide
+  }
   std::vector<at::Tensor> grads;
   grads.reserve(params_.size());
   for (const auto& p : params_) grads.push_back(p.grad());
@@ -204,14 +214,18 @@ TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64
     }
     flags[0] = at::logical_not(ok).to(at::kFloat);
     flags[1] = stop_requested ? 1.0 : 0.0;
+    lap(Phase::kOptimizer);  // unscale, clipping, the finiteness reductions
     comm_->all_reduce_sum(flags);
+    lap(Phase::kCommunication);
     const std::vector<double> host = host_values(flags, HostRead::kStepVote);
     finite = host[0] == 0.0;
     result.stop_agreed = host[1] > 0.0;
   } else {
-    finite = all_finite(checked);
+    lap(Phase::kOptimizer);  // unscale, clipping
+    finite = all_finite(checked);  // its reductions and the read
     result.stop_agreed = stop_requested;
   }
+  lap(Phase::kHostSync);
   result.taken = scaler_.update(!finite);
   if (result.taken) {
     if (before_update) before_update(names_, grads);
@@ -240,6 +254,7 @@ TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64
     sums_.correct.copy_(saved_correct);
   }
   optimizer_.zero_grad();  // T10: set to none
+  lap(Phase::kOptimizer);
   return result;
 }
 

@@ -41,7 +41,9 @@
 #include "crucible/nn/model.h"
 #include "crucible/obs/jsonl.h"
 #include "crucible/obs/metric_sink.h"
+#include "crucible/obs/report.h"
 #include "crucible/obs/tensorboard.h"
+#include "crucible/train/breakdown.h"
 #include "crucible/train/checkpoint.h"
 #include "crucible/train/data_setup.h"
 #include "crucible/train/evaluator.h"
@@ -50,6 +52,7 @@
 #include "crucible/train/histogram.h"
 #include "crucible/train/loss.h"
 #include "crucible/train/optimizer.h"
+#include "crucible/train/phase_clock.h"
 #include "crucible/train/predict.h"
 #include "crucible/train/run_dir.h"
 #include "crucible/train/run_state.h"
@@ -172,6 +175,17 @@ struct Trainer::Impl {
   std::unique_ptr<dist::GradSync> grad_sync;
   nn::LocalCollective local_collective;  // dist.bn = sync in a single process
   std::vector<int64_t> scales;           // M4: train.multi_scale sizes (empty = off)
+  // The step-time breakdown (train.profile): the clock, this session's phases and measured step
+  // time, the current step's start, and the loader's busy time and wall clock at the interval's
+  // start (its busy share for the verdict).
+  std::unique_ptr<PhaseClock> clock;
+  PhaseSeconds session_phases;
+  double session_step_seconds = 0;
+  Clock::time_point step_begin;
+  int loader_threads = 1;
+  double interval_loader_busy = 0, session_loader_busy = 0;
+  bool cpu_bf16 = false;             // this CPU computes bf16 in hardware (cpu_bf16_flag says why)
+  std::string cpu_bf16_flag;
   bool main_rank() const { return world.rank == 0; }
 
   Impl(JobConfig j, TrainFlags f) : job(std::move(j)), flags(f) {}
@@ -186,6 +200,9 @@ struct Trainer::Impl {
   void train_step(const data::Batch& batch, const Schedule::Point& sp, bool* stop);
   void choose_precision(const data::SamplePipeline& pipeline, const data::ImageSpec& spec, int64_t classes);
   void read_interval(obs::MetricSinks& sinks, double lr, double momentum);
+  void write_report();
+  void count_step_time();
+  BottleneckContext bottleneck_context(double loader_busy_seconds, double step_seconds) const;
   TrainSummary summarize(bool already_complete);
   TrainSummary run();
   TrainSummary evaluate_checkpoint(std::string path);
@@ -272,7 +289,7 @@ void Trainer::Impl::build() {
   log_info("train pipeline: {}", ds.train->describe());
 
   const data::NormalizeOptions norm = normalize_options(job);
-  int loader_threads = static_cast<int>(job.data.threads);
+  loader_threads = static_cast<int>(job.data.threads);
   std::string chosen;
   if (loader_threads == 0) {
     // D10: in-RAM arrays need little; decoded images get the count measured fastest.
@@ -283,6 +300,10 @@ void Trainer::Impl::build() {
   data::LoaderOptions train_options = loader_options(job, job.train.batch_size, loader_threads);
   data::LoaderOptions test_options = loader_options(job, job.train.eval_batch_size, loader_threads);
   train_options.allocate = test_options.allocate = data::DeviceInput::batch_allocator(device);  // D9
+  if (const char* ms = std::getenv(testing::kSampleDelayEnv); ms != nullptr && *ms != '\0') {
+    train_options.sample_delay = std::chrono::microseconds(static_cast<int64_t>(1000 * std::atof(ms)));
+    log_warn("{}={}: every training sample takes {} ms longer to load (test seam)", testing::kSampleDelayEnv, ms, ms);
+  }
   // X1: each rank's shard is DistributedSampler's for (seed, epoch, world, rank); evaluation
   // shards sequentially with padding, and the padding is dropped after the gather (X2).
   const data::Sampler::Shard shard{world.size, world.rank, /*drop_last=*/false};
@@ -319,12 +340,27 @@ void Trainer::Impl::build() {
   loss = make_loss({job.loss, classes, device, multi_label});
   log_info("loss: {}", loss->describe());
 
-  // Precision and memory format: as configured, as a resumed run chose, or timed here (auto).
+  // Precision and memory format: as configured, as a resumed run chose, or auto (a rule on a
+  // CPU, timed on a GPU).
+  cpu_bf16 = cpu_has_native_bf16(&cpu_bf16_flag);
   if (stored_precision) {
     choice.value = *stored_precision;
     choice.source = "checkpoint";
+  } else if (job.train.precision == PrecisionMode::kAuto && !device.is_cuda()) {
+    // A CPU: by rule (cpu_auto_precision), the same on every rank of the machine and every run.
+    choice.source = "auto";
+    choice.value = cpu_auto_precision(cpu_bf16, job.train.channels_last);
+    log_info("precision auto: {} → {}", cpu_bf16 ? fmt::format("this CPU computes bf16 in hardware ({})", cpu_bf16_flag)
+                                               : std::string("this CPU has no bf16 arithmetic (no avx512_bf16, amx_bf16 "
+                                                             "or bf16 in /proc/cpuinfo): bf16 would be emulated, "
+                                                             "several times slower than fp32"),
+             choice.value.to_string());
+    if (comm) {
+      choice.value = Precision::parse(comm->broadcast_string("precision", choice.value.to_string(), 0),
+                                      "rank 0's precision choice");
+    }
   } else if (job.train.precision == PrecisionMode::kAuto) {
-    // Timed on rank 0 alone; every rank takes its choice (replicas must compute alike).
+    // A GPU: timed on rank 0 alone; every rank takes its choice (replicas must compute alike).
     choice.source = "auto";
     if (main_rank()) choose_precision(*ds.train, spec, classes);
     if (comm) {
@@ -334,6 +370,11 @@ void Trainer::Impl::build() {
   } else {
     choice.value = configured_precision(job.train.precision, job.train.channels_last);
     choice.source = "configured";
+    if (main_rank() && choice.value.dtype == ComputeDtype::kBf16 && !device.is_cuda() && !cpu_bf16) {
+      log_warn("train.precision = \"bf16\" on a CPU without bf16 arithmetic (no avx512_bf16, amx_bf16 or bf16 in "
+               "/proc/cpuinfo): autocast emulates it, several times slower than fp32 (`crucible doctor` measures "
+               "it); set train.precision = \"auto\" (fp32 here) or \"fp32\"");
+    }
   }
   const Precision& precision = choice.value;
   if (precision.channels_last) nn::to_channels_last(*model);
@@ -418,6 +459,10 @@ void Trainer::Impl::build() {
     std::vector<at::Tensor> tensors;
     for (const auto& p : params) tensors.push_back(p.tensor);
     grad_sync = std::make_unique<dist::GradSync>(*comm, tensors, job.dist.bucket_mb);
+    if (const char* ms = std::getenv(testing::kAllReduceDelayEnv); ms != nullptr && *ms != '\0') {
+      grad_sync->set_test_delay(std::chrono::microseconds(static_cast<int64_t>(1000 * std::atof(ms))));
+      log_warn("{}={}: every gradient sync takes {} ms longer (test seam)", testing::kAllReduceDelayEnv, ms, ms);
+    }
     log_info("gradient sync: {}, all-reduced during backward", grad_sync->describe());
   }
   const int64_t global_batch = job.train.batch_size * world.size;
@@ -443,6 +488,8 @@ void Trainer::Impl::build() {
   so.checkpoint_dir = dir ? dir->checkpoints().dir() : std::string();
   step = std::make_unique<TrainStep>(*model, *loss, *optimizer, scaler, params, so, device, comm.get(),
                                      grad_sync.get());
+  clock = std::make_unique<PhaseClock>(device, job.train.profile != TrainSection::Profile::kOff);
+  step->set_clock(clock.get());
   step->before_forward = [this](int64_t samples) {
     if (g_oom_step.load() == st.step && samples > g_oom_max.load()) throw SimulatedOom();
   };
@@ -520,6 +567,18 @@ void Trainer::Impl::save_checkpoint() {
   const double secs = seconds_since(t0);
   st.train_seconds += secs;  // part of training time, though written before it is counted
   log_info("checkpoint step {} → {} ({:.2f} s)", st.step, path, secs);
+  write_report();
+}
+
+// <run>/report.html from the run folder's files (rank 0): derived, so a failure to write it is
+// a warning, not the end of a run.
+void Trainer::Impl::write_report() {
+  if (!main_rank() || flags.report_defaults_toml.empty()) return;
+  try {
+    obs::write_run_report(dir->path(), flags.report_defaults_toml);
+  } catch (const std::exception& e) {
+    log_warn("{}/report.html not written: {}", dir->path(), e.what());
+  }
 }
 
 void Trainer::Impl::evaluate(obs::MetricSinks& sinks) {
@@ -600,6 +659,7 @@ void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& 
       x = at::upsample_bilinear2d(x, {size, size}, /*align_corners=*/false);
     }
   }
+  clock->lap(Phase::kTransfer);
   if (step_trace) {
     std::fprintf(step_trace.get(), "%lld %lld\n", static_cast<long long>(st.step), static_cast<long long>(x.size(2)));
   }
@@ -626,6 +686,9 @@ void Trainer::Impl::read_interval(obs::MetricSinks& sinks, double lr, double mom
                    "is intact",
                    st.step - job.log.every_steps + 1, st.step, loss_mean, lr, dir->checkpoints().dir());
   }
+  if (comm) clock->lap(Phase::kCommunication);  // the all-reduce above (Gloo waits in it)
+  clock->lap(Phase::kHostSync);
+  count_step_time();
   const double secs = st.interval_seconds;
   json record = {{"type", "train"},
                  {"step", st.step},
@@ -640,10 +703,70 @@ void Trainer::Impl::read_interval(obs::MetricSinks& sinks, double lr, double mom
     record["grad_norm_max"] = host[3] / ranks;           // before clipping
     record["grad_norm_max_clipped"] = host[4] / ranks;   // what the optimizer saw
   }
+  if (clock->enabled()) {
+    // The breakdown: each phase's share of the interval's measured step time (they add up to
+    // it within clock jitter on CPU; on CUDA the device timeline is measured against the host's).
+    const PhaseSeconds phases = clock->take();
+    session_phases += phases;
+    json shares = json::object();
+    for (int i = 0; i < kPhases; ++i) {
+      const auto p = static_cast<Phase>(i);
+      shares[phase_name(p)] = secs > 0 ? phases[p] / secs : 0.0;
+    }
+    record["step_seconds"] = secs;
+    record["breakdown"] = shares;
+    const double busy = train_loader->busy_seconds();
+    const Bottleneck b = diagnose(phases, bottleneck_context(busy - interval_loader_busy, secs));
+    interval_loader_busy = busy;
+    record["verdict"] = b.verdict();
+    record["verdict_share"] = b.share;
+  }
   sinks.write(record);
   sums.zero();
   st.interval_samples = 0;
   st.interval_seconds = 0;
+}
+
+// The step's time since it began (or since the last count), into the run's step time.
+void Trainer::Impl::count_step_time() {
+  const auto now = Clock::now();
+  const double dt = std::chrono::duration<double>(now - step_begin).count();
+  step_begin = now;
+  st.step_seconds += dt;
+  st.train_seconds += dt;
+  st.interval_seconds += dt;
+  session_step_seconds += dt;
+}
+
+BottleneckContext Trainer::Impl::bottleneck_context(double loader_busy_seconds, double step_seconds) const {
+  BottleneckContext c;
+  c.dataset = job.data.dataset == DataSection::Dataset::kIdx      ? "idx"
+              : job.data.dataset == DataSection::Dataset::kArrays ? "arrays"
+                                                                  : "images";
+  c.loader_threads = loader_threads;
+  c.loader_busy = step_seconds > 0 ? loader_busy_seconds / (loader_threads * step_seconds) : -1;
+  c.prefetch = job.data.prefetch;
+  c.cache = data::cache_mode_name(job.data.cache);
+  const data::SamplePipeline& train = train_loader->pipeline();
+  c.decoded_cache_gb = static_cast<double>(train.size()) * static_cast<double>(train.output_spec().bytes()) / 1e9;
+  c.free_memory_gb = static_cast<double>(available_memory_bytes()) / 1e9;
+  c.cores = std::max(1, available_cores() / std::max(1, world.local_size));
+  c.compute_threads = compat::num_threads();
+  c.cuda = device.is_cuda();
+  c.precision = choice.value.dtype_name();
+  c.native_bf16 = device.is_cuda() || cpu_bf16;
+  c.channels_last = choice.value.channels_last;
+  c.batch_size = job.train.batch_size;
+  c.world_size = world.size;
+  c.bucket_mb = job.dist.bucket_mb;
+  c.accumulate = job.train.accumulate;
+  int64_t reads = 0;
+  const auto now = host_read_counts();
+  for (int i = 0; i < kHostReadReasons; ++i) reads += now[static_cast<size_t>(i)] - host_reads_at_start[static_cast<size_t>(i)];
+  c.host_reads_per_step = st.step > first_step ? static_cast<double>(reads) / static_cast<double>(st.step - first_step) : 1;
+  c.log_every_steps = job.log.every_steps;
+  c.sync_debug = job.train.sync_debug;
+  return c;
 }
 
 TrainSummary Trainer::Impl::summarize(bool already_complete) {
@@ -681,6 +804,27 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
     reads += n;
   }
   const int64_t session_steps = st.step - first_step;
+  json breakdown = nullptr, bottleneck = nullptr;
+  if (clock && clock->enabled() && session_steps > 0 && session_step_seconds > 0) {
+    // This session's steps (a resumed run's earlier sessions are in metrics.jsonl).
+    json phases = json::object(), shares = json::object();
+    for (int i = 0; i < kPhases; ++i) {
+      const auto p = static_cast<Phase>(i);
+      phases[phase_name(p)] = session_phases[p];
+      shares[phase_name(p)] = session_phases[p] / session_step_seconds;
+    }
+    breakdown = {{"step_seconds", session_step_seconds},
+                 {"phases", phases},
+                 {"shares", shares},
+                 {"checkpoint_eval_seconds", st.train_seconds - st.step_seconds},
+                 {"steps", session_steps}};
+    const Bottleneck b = diagnose(session_phases, bottleneck_context(session_loader_busy, session_step_seconds));
+    bottleneck = {{"verdict", b.verdict()}, {"share", b.share}, {"evidence", b.evidence}, {"fix", b.fix}};
+  }
+  json skipped = json::array();
+  for (const auto* l : {train_loader.get(), test_loader.get()}) {
+    for (const auto& name : l->skipped_names()) skipped.push_back(name);
+  }
   json j = {{"test_acc", s.test_acc},
             {"test_top5", s.test_top5},
             {"test_loss", s.test_loss},
@@ -692,6 +836,9 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
             {"samples_per_s", s.samples_per_s},
             {"samples", st.samples},
             {"bad_samples_skipped", train_loader->skipped_count() + test_loader->skipped_count()},
+            {"skipped_samples", skipped},
+            {"breakdown", breakdown},
+            {"bottleneck", bottleneck},
             {"steps", st.step},
             {"epochs", job.train.epochs},
             {"precision", choice.value.dtype_name()},
@@ -716,6 +863,10 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
             {"torch_version", compat::torch_version()},
             {"crucible_version", CRUCIBLE_VERSION}};
   if (main_rank()) dir->write_summary(j.dump(2) + "\n");
+  if (bottleneck.is_object()) {
+    s.bottleneck = fmt::format("{}: {}: {}", bottleneck["verdict"].get<std::string>(),
+                               bottleneck["evidence"].get<std::string>(), bottleneck["fix"].get<std::string>());
+  }
   return s;
 }
 
@@ -888,11 +1039,12 @@ TrainSummary Trainer::Impl::run() {
   while (st.step < stop_step && st.epoch < job.train.epochs) {
     train_loader->start_epoch(st.epoch, st.batch_in_epoch);
     while (st.step < stop_step) {
-      const auto t_wait = Clock::now();
+      step_begin = Clock::now();
+      clock->start();
       std::optional<data::Batch> batch = train_loader->next();
       if (!batch) break;
-      const auto t_step = Clock::now();
-      st.data_wait_seconds += std::chrono::duration<double>(t_step - t_wait).count();
+      clock->lap(Phase::kDataWait);
+      st.data_wait_seconds += seconds_since(step_begin);
 
       sp = schedule->at(st.step);
       bool stop = false;
@@ -912,10 +1064,6 @@ TrainSummary Trainer::Impl::run() {
       ++st.batch_in_epoch;
       st.samples += batch->size() * world.size;  // global (exact unless the skip policy dropped samples)
       st.interval_samples += batch->size();
-      const double dt = seconds_since(t_step) + std::chrono::duration<double>(t_step - t_wait).count();
-      st.step_seconds += dt;
-      st.train_seconds += dt;
-      st.interval_seconds += dt;
       sinks.step_done(st.step, st.epoch);
       if (histograms) {  // weights after the update, gradients as the update used them
         obs::NamedHistograms named;
@@ -923,8 +1071,11 @@ TrainSummary Trainer::Impl::run() {
         for (auto& g : grad_histograms) named.push_back(std::move(g));
         sinks.histograms(st.step, named);
       }
-
+      clock->lap(Phase::kOther);
       if (st.step % job.log.every_steps == 0) read_interval(sinks, sp.lr, sp.momentum);
+      clock->lap(Phase::kOther);
+      count_step_time();  // the step ends here; evaluation and checkpoints are counted apart
+      clock->pause();
       const bool epoch_end = st.batch_in_epoch == steps_per_epoch;
       if (comm ? stop : g_stop.load()) {
         sinks.pause();
@@ -950,7 +1101,11 @@ TrainSummary Trainer::Impl::run() {
   }
   if (main_rank()) export_model(*model, dir->path());
   sinks.finish(st.step);
-  return summarize(/*already_complete=*/false);
+  session_loader_busy = train_loader->busy_seconds();
+  TrainSummary summary = summarize(/*already_complete=*/false);
+  write_report();
+  if (main_rank() && !summary.bottleneck.empty()) log_info("bottleneck: {}", summary.bottleneck);
+  return summary;
 }
 
 Trainer::Trainer(JobConfig job, TrainFlags flags) : impl_(std::make_unique<Impl>(std::move(job), flags)) {}

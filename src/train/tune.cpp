@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "crucible/core/memory.h"
 #include "crucible/core/compat.h"
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
@@ -33,9 +34,9 @@ TuneResult tune_batch(const JobConfig& job, int64_t budget_bytes, int64_t max_ba
   const data::NormalizeOptions norm{job.data.mean, job.data.std,
                                     data::parse_value_range(job.data.mean_std_range, "data.mean_std_range"),
                                     data::parse_color_order(job.data.mean_std_order, "data.mean_std_order")};
-  // The step that trains (TrialStep), in the job's precision (auto: bf16, the widest it picks).
+  // The step that trains (TrialStep), in the job's precision (auto: what it picks on a CPU).
   const Precision precision = job.train.precision == PrecisionMode::kAuto
-                                  ? Precision{ComputeDtype::kBf16, job.train.channels_last}
+                                  ? cpu_auto_precision(cpu_has_native_bf16(), job.train.channels_last)
                                   : configured_precision(job.train.precision, job.train.channels_last);
   data::DeviceInput input(spec, norm, device, precision.channels_last);
 

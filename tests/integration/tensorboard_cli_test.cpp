@@ -94,12 +94,21 @@ void expect_tb_matches_run(const std::string& run, int64_t last_step, size_t ses
   for (const json& r : read_jsonl(run + "/metrics.jsonl")) {
     const std::string type = r["type"];
     const int64_t step = r["step"];
+    // Numbers, and the numbers of one nested object ("breakdown": {"forward": …} → breakdown/forward).
+    std::vector<std::pair<std::string, double>> flat;
     for (const auto& [k, v] : r.items()) {
-      if (k == "type" || k == "step" || !v.is_number()) continue;
+      if (k == "type" || k == "step") continue;
+      if (v.is_number()) flat.emplace_back(k, v.get<double>());
+      if (!v.is_object()) continue;
+      for (const auto& [sub, x] : v.items()) {
+        if (x.is_number()) flat.emplace_back(k + "/" + sub, x.get<double>());
+      }
+    }
+    for (const auto& [k, v] : flat) {
       ++numbers;
       const auto it = scalars.find({type + "/" + k, step});
       ASSERT_NE(it, scalars.end()) << type << "/" << k << " at step " << step << " is not in TensorBoard";
-      EXPECT_EQ(it->second, static_cast<double>(static_cast<float>(v.get<double>()))) << it->first.first << " @ " << step;
+      EXPECT_EQ(it->second, static_cast<double>(static_cast<float>(v))) << it->first.first << " @ " << step;
     }
   }
   EXPECT_EQ(scalars.size(), numbers) << "TensorBoard holds scalars that metrics.jsonl does not";

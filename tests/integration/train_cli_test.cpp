@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crucible/core/memory.h"
 #include "crucible/train/schedule.h"
 #include "test_util.h"
 
@@ -162,7 +163,10 @@ TEST(TrainCli, RunFolderHoldsConfigMetricsCheckpointsAndSummary) {
   EXPECT_GT(s["test_acc"].get<double>(), 0.5);
   EXPECT_LE(s["test_acc"].get<double>(), 1.0);
   EXPECT_EQ(s["params_sha256"].get<std::string>().size(), 64u);
-  EXPECT_EQ(s["precision"], "bf16");
+  // precision = "auto" (the default) on a CPU: bf16 where it computes bf16 in hardware, else fp32.
+  EXPECT_EQ(s["precision_source"], "auto");
+  EXPECT_EQ(s["precision"], cpu_has_native_bf16() ? "bf16" : "fp32");
+  EXPECT_EQ(s["step_dtype"], cpu_has_native_bf16() ? "BFloat16" : "Float");
   EXPECT_EQ(s["memory_format"], "channels_last");
   EXPECT_EQ(checkpoint_steps(run).back(), kStepsPerEpoch);
   EXPECT_LE(checkpoint_steps(run).size(), 3u);  // keep = 3

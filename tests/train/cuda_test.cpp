@@ -41,6 +41,27 @@ TEST(Trainer, ShortRunsOnTheGpu_CUDA) {
   }
 }
 
+// precision = "auto" on a GPU: the choice is the candidate with the smallest time it measured
+// (a whole training step of each), and the steps then ran in it.
+TEST(Trainer, AutoPrecisionOnTheGpuPicksTheFastestItTimed_CUDA) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  test::TempDir d;
+  JobConfig j = gpu_job(d.path(), 8192, 1);
+  j.train.precision = PrecisionMode::kAuto;
+  j.train.max_steps = 2;
+  const TrainSummary s = Trainer(j).run();
+  const PrecisionChoice& c = s.precision;
+  EXPECT_EQ(c.source, "auto");
+  ASSERT_GE(c.timed.size(), 2u);
+  const PrecisionTiming* fastest = &c.timed[0];
+  for (const auto& t : c.timed) {
+    EXPECT_GT(t.ms, 0) << t.precision.to_string();
+    if (t.ms < fastest->ms) fastest = &t;
+  }
+  EXPECT_EQ(c.value, fastest->precision);
+  EXPECT_EQ(s.step_dtype, c.value.dtype == ComputeDtype::kBf16 ? "BFloat16" : "Float");
+}
+
 // T13: memory freed by tensors stays cached by the allocator until release_cached_memory
 // gives it back (measured through the allocator's own statistics).
 TEST(Compat, AutocastAndCacheReleaseOnTheGpu_CUDA) {

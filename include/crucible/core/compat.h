@@ -67,6 +67,16 @@ void bind_device(c10::Device device);
 // Releases memory the device's caching allocator holds but no tensor uses (T13, T16); no-op
 // on CPU.
 void release_cached_memory(c10::Device device);
+
+// A point on a device's timeline (a CUDA event with timing, recorded on the current stream):
+// device work is timed without synchronising. null on CPU, where host clocks time the work.
+class TimelineMark {
+ public:
+  virtual ~TimelineMark() = default;
+};
+std::unique_ptr<TimelineMark> record_timeline_mark(c10::Device device);
+// Seconds of device timeline from `from` to `to`; waits until `to` has completed.
+double timeline_seconds(TimelineMark& from, TimelineMark& to);
 // Bytes the device's caching allocator holds without a tensor in them (reserved − allocated):
 // what release_cached_memory gives back. 0 on CPU.
 int64_t cached_memory_bytes(c10::Device device);

@@ -18,6 +18,16 @@ bool tune_host_allocator();
 // Bytes of physical memory (sysconf _SC_PHYS_PAGES × _SC_PAGE_SIZE); 0 when unknown.
 uint64_t physical_memory_bytes();
 
+// Whether this CPU computes bf16 in hardware: x86 "avx512_bf16" or "amx_bf16", or Arm "bf16",
+// among the flags of /proc/cpuinfo (`cpuinfo` is its text). Without them bf16 arithmetic is
+// emulated through fp32 conversions and runs several times slower than fp32. `found` gets the
+// flag that decided ("" when none).
+bool cpuinfo_has_native_bf16(const std::string& cpuinfo, std::string* found = nullptr);
+bool cpu_has_native_bf16(std::string* found = nullptr);  // this machine's /proc/cpuinfo
+
+// MemAvailable from /proc/meminfo (what can be allocated without swapping), 0 when unknown.
+uint64_t available_memory_bytes();
+
 // The default memory budget of one read: half the physical memory (4 GiB when unknown).
 uint64_t default_memory_budget();
 

@@ -8,6 +8,8 @@
 // Not thread-safe: one consumer thread calls start_epoch() and next().
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -64,6 +66,8 @@ struct LoaderOptions {
                                 // float features are always [batch, channels, height, width])
   // Allocates a batch's pixel memory (default: the heap). Called from worker threads.
   std::function<PixelBuffer(size_t bytes)> allocate;
+  // Test seam: each sample takes this much longer to read (a slow disk, an input-bound run).
+  std::chrono::microseconds sample_delay{0};
 };
 
 struct Batch {
@@ -108,6 +112,9 @@ class Loader {
   // Samples skipped so far (skip policy), in the order their batches were returned.
   int64_t skipped_count() const { return skipped_count_; }
   const std::vector<std::string>& skipped_names() const { return skipped_names_; }  // first 1000
+  // Worker time spent building batches so far, summed over the threads (how busy the loader
+  // is: this over threads × wall time).
+  double busy_seconds() const { return static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9; }
 
  private:
   struct Slot {
@@ -134,6 +141,7 @@ class Loader {
   std::map<int64_t, Slot> ready_;                      // guarded by mu_
   int64_t skipped_count_ = 0;                          // consumer only
   std::vector<std::string> skipped_names_;             // consumer only
+  std::atomic<int64_t> busy_ns_{0};                    // workers' time in build()
   std::unique_ptr<ThreadPool> pool_;                   // last: destroyed first
 };
 

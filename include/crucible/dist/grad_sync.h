@@ -8,6 +8,7 @@
 // and only the last one communicates.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,6 +41,9 @@ class GradSync {
   // gradient count as zero), waits for all, divides by the world size and writes the averages
   // back into every parameter's .grad.
   void finish();
+
+  // Test seam: finish() waits this much longer for the all-reduces (a slow interconnect).
+  void set_test_delay(std::chrono::microseconds delay);
 
   int64_t num_buckets() const;
   std::string describe() const;  // "3 buckets (2.1 MiB, 0.4 MiB, …) over 14 tensors"

@@ -21,6 +21,7 @@ struct TrainReading {
   double accuracy = 0;    // 0–1, over the interval
   double lr = 0;
   double samples_per_s = 0;
+  std::string verdict;    // the interval's bottleneck ("input-bound (41%)"), empty when not profiled
 };
 
 class Progress {

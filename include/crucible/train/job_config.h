@@ -60,7 +60,9 @@ struct TrainSection {
   int64_t epochs = 10;
   int64_t batch_size = 256;
   int64_t eval_batch_size = 1000;
-  PrecisionMode precision = PrecisionMode::kBf16;  // fp32 | bf16 | fp16 | auto (timed here, fastest safe choice)
+  // fp32 | bf16 | fp16 | auto (a CPU: bf16 where it computes bf16 in hardware, else fp32; a GPU:
+  // the fastest safe choice, timed)
+  PrecisionMode precision = PrecisionMode::kAuto;
   bool channels_last = true;
   int64_t threads = 0;   // torch intra-op threads; 0 = every core this process may use
   int64_t max_steps = 0; // stop after this many steps (0 = run every epoch)
@@ -75,6 +77,10 @@ struct TrainSection {
   std::string matmul_precision = "high";  // T5: float32 matmul precision: "highest" | "high" | "medium"
   bool sync_debug = false;     // T14: synchronise after every kernel (CUDA_LAUNCH_BLOCKING=1), warn at host syncs
   bool release_cache = true;   // T13: release cached device memory at every epoch end
+  // The step-time breakdown and bottleneck verdict: "light" (host clocks on CPU, events on
+  // CUDA; no sync per phase) | "off".
+  enum class Profile { kOff, kLight };
+  Profile profile = Profile::kLight;
   // M4: input sizes (square) to train at, one per step drawn from (seed, step) — the same on
   // every rank; empty = the data's own size. Evaluation uses the data's size.
   std::vector<double> multi_scale;
@@ -131,6 +137,10 @@ struct RegisteredNames {
 
 // Registers every field of `job` in `schema` (job must outlive schema).
 void bind_job_config(JobConfig& job, ConfigSchema& schema, const RegisteredNames& names = {});
+
+// A job's TOML text (`source` names it in errors) with every key resolved, as TOML: the default
+// job a report compares a run's config against.
+std::string resolve_job_toml(const std::string& text, const std::string& source);
 
 // "broadcast" | "average" | "sync"
 const char* bn_name(DistSection::Bn bn);

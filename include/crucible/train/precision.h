@@ -34,6 +34,12 @@ struct Precision {
 // The configured precision for a mode other than auto (fp32 / bf16 / fp16).
 Precision configured_precision(PrecisionMode mode, bool channels_last);
 
+// `auto` on a CPU, by rule rather than by timing: bf16 autocast where the CPU computes bf16 in
+// hardware, else fp32 (emulated bf16 runs 8-30x slower than fp32: measured in BENCHMARKS.md);
+// the memory format as configured. A rule gives every run on a machine the same choice, and
+// so the same results; timing a step of each candidate costs minutes where bf16 is emulated.
+Precision cpu_auto_precision(bool native_bf16, bool channels_last);
+
 // (spelling, value) of every PrecisionMode, for the config schema.
 std::vector<std::pair<std::string, PrecisionMode>> precision_mode_names();
 

@@ -36,6 +36,7 @@ class GradSync;
 namespace crucible::train {
 
 class GradScaler;
+class PhaseClock;
 struct GradScalerOptions;
 class Loss;
 
@@ -56,6 +57,7 @@ struct MicroBatchOptions {
   std::function<void(int64_t samples)> before_forward;
   // Called before each backward; `last` on the final micro-batch (gradient sync arms there).
   std::function<void(bool last)> before_backward;
+  PhaseClock* clock = nullptr;  // laps forward and backward when set
 };
 
 // What the step ran in, for the record (summary.json): the logits' dtype and whether the
@@ -120,6 +122,9 @@ class TrainStep {
   IntervalSums& sums() { return sums_; }
   StepCounters& counters() { return counters_; }
   const MicroBatchRecord& ran() const { return ran_; }
+  // The step-time breakdown's clock (the Trainer's): forward, backward, communication,
+  // optimizer and host-sync laps. Null: not timed.
+  void set_clock(PhaseClock* clock) { clock_ = clock; }
   // Test seam (T16): called with each micro-batch's size before its forward.
   std::function<void(int64_t samples)> before_forward;
   // When set: called with the gradients the optimizer is about to apply (averaged over ranks,
@@ -141,6 +146,7 @@ class TrainStep {
   IntervalSums sums_;
   StepCounters counters_;
   MicroBatchRecord ran_;
+  PhaseClock* clock_ = nullptr;
 };
 
 // T4 parameter groups: weight decay on weights, none on biases and normalisation weights (1-D

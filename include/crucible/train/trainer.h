@@ -26,6 +26,9 @@ struct PredictSummary;
 struct TrainFlags {
   bool resume = false;   // require an existing run to continue (a rerun resumes anyway)
   bool restart = false;  // discard the run folder's checkpoints and metrics, start afresh
+  // The default job, every key resolved (resolve_job_toml): <run>/report.html, written at every
+  // checkpoint and at the end, highlights the keys that differ from it. Empty: no report.
+  std::string report_defaults_toml;
 };
 
 // How the run's precision and memory format were decided (`train.precision`).
@@ -57,6 +60,8 @@ struct TrainSummary {
   std::string step_dtype;
   bool step_channels_last = false;
   int64_t loss_scale_tracker = 0;  // GradScaler's growth counter at the end (T1)
+  // This session's bottleneck verdict with its evidence and fix (empty with train.profile = "off").
+  std::string bottleneck;
 };
 
 class Trainer {
@@ -104,6 +109,11 @@ void inject_oom(int64_t step, int64_t max_micro_batch);
 // Test seam (M4): with CRUCIBLE_TEST_STEP_TRACE=PREFIX in the environment, each rank appends
 // "<step> <input size>" for every training step to PREFIX.rank<R>.
 constexpr const char* kStepTraceEnv = "CRUCIBLE_TEST_STEP_TRACE";
+// Test seams for the bottleneck verdict: each training sample takes this many milliseconds
+// longer to load (input-bound), each gradient sync this many longer to finish
+// (communication-bound).
+constexpr const char* kSampleDelayEnv = "CRUCIBLE_TEST_SAMPLE_DELAY_MS";
+constexpr const char* kAllReduceDelayEnv = "CRUCIBLE_TEST_ALLREDUCE_DELAY_MS";
 }  // namespace testing
 
 }  // namespace crucible::train
