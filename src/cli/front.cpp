@@ -68,6 +68,9 @@ int main(int argc, char** argv) {
     for (const auto& c : kTorchCommands) {
       if (std::strcmp(argv[1], c.name) == 0) return exec_torch(argc, argv);
     }
+    if (argc > 2 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "model") == 0) {
+      return exec_torch(argc, argv);  // the model needs libtorch
+    }
   }
   tune_host_allocator();
   set_log_rank(rank_from_env());
@@ -84,6 +87,9 @@ int main(int argc, char** argv) {
   bench_cmd->require_subcommand(1);
   cli::BenchLoaderArgs bench_loader_args;
   CLI::App* bench_loader_cmd = cli::add_bench_loader(*bench_cmd, bench_loader_args);
+  bench_cmd->add_subcommand("model",
+                            "time the job's model: forward and the training step in each precision and memory format, "
+                            "median/p90 after warm-up, memory peak (runs in crucible-torch)");
   cli::BenchDecodeArgs bench_decode_args;
   CLI::App* bench_decode_cmd = cli::add_bench_decode(*bench_cmd, bench_decode_args);
   cli::PackArgs pack_args;

@@ -18,6 +18,7 @@
 #include "crucible/core/memory.h"
 #include "crucible/obs/progress.h"
 #include "crucible/train/doctor.h"
+#include "crucible/train/model_bench.h"
 #include "crucible/train/job_config.h"
 #include "crucible/train/predict.h"
 #include "crucible/train/trainer.h"
@@ -234,6 +235,30 @@ int main(int argc, char** argv) {
   tune_batch_cmd->add_option("--max", tune_max, "largest batch to try")->check(CLI::PositiveNumber);
   tune_batch_cmd->add_flag("--json", tune_json, "print one JSON object as the last line");
 
+  CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks of crucible's parts, timed alone (X9)");
+  bench_cmd->require_subcommand(1);
+  std::string bench_config;
+  std::vector<std::string> bench_overrides;
+  train::ModelBenchOptions bench_options;
+  bool bench_json = false, bench_job_precision = false;
+  CLI::App* bench_model_cmd = bench_cmd->add_subcommand(
+      "model", "time the job's model at a batch size: forward, and the whole training step, in every precision and "
+               "memory format precision = \"auto\" considers; median and p90 after warm-up, memory peak (X9)");
+  bench_model_cmd->add_option("config", bench_config, "TOML config (default: the built-in job)")
+      ->check(CLI::ExistingFile);
+  bench_model_cmd->add_option("--set", bench_overrides, "override a config key")->type_name("KEY=VALUE");
+  bench_model_cmd->add_option("--batch", bench_options.batch, "batch size (default: train.batch_size)")
+      ->check(CLI::PositiveNumber);
+  bench_model_cmd->add_option("--warmup", bench_options.warmup, "runs before counting (default 3)")
+      ->check(CLI::NonNegativeNumber);
+  bench_model_cmd->add_option("--repeats", bench_options.repeats, "counted runs at most (default 20, at least 3)");
+  bench_model_cmd->add_option("--seconds", bench_options.seconds,
+                              "… or as many as fit in this many seconds per measurement (default 10; at least 3 runs)")
+      ->check(CLI::PositiveNumber);
+  bench_model_cmd->add_flag("--job-precision", bench_job_precision,
+                            "only the job's precision (auto: what it picks here) instead of every candidate");
+  bench_model_cmd->add_flag("--json", bench_json, "print one JSON object as the last line");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -246,6 +271,13 @@ int main(int argc, char** argv) {
     if (eval_cmd->parsed()) return run_eval(eval_config, eval_overrides, eval_checkpoint, eval_json);
     if (predict_cmd->parsed()) return run_predict(predict_config, predict_overrides, predict_options);
     if (doctor_cmd->parsed()) return run_doctor(doctor_config, doctor_overrides, doctor_nproc, doctor_json);
+    if (bench_model_cmd->parsed()) {
+      bench_options.all_precisions = !bench_job_precision;
+      const train::ModelBenchResult r = train::bench_model(load_job(bench_config, bench_overrides), bench_options);
+      std::printf("%s", r.to_text().c_str());
+      if (bench_json) std::printf("%s\n", r.to_json().c_str());
+      return 0;
+    }
     if (tune_batch_cmd->parsed()) {
       if (tune_budget_mb <= 0) throw bad_input("tune batch: give --budget-mb (on CPU the budget cannot be read from a device)");
       return run_tune_batch(tune_config, tune_overrides, tune_budget_mb, tune_max, tune_json);

@@ -196,6 +196,34 @@ struct CudaMark final : TimelineMark {
 }  // namespace
 #endif
 
+void synchronize(c10::Device device) {
+#if defined(CRUCIBLE_WITH_CUDA)
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+#else
+  (void)device;
+#endif
+}
+
+int64_t device_peak_bytes(c10::Device device) {
+#if defined(CRUCIBLE_WITH_CUDA)
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[0].peak;  // [0]: all pools
+  }
+#else
+  (void)device;
+#endif
+  return 0;
+}
+
+void reset_device_peak(c10::Device device) {
+#if defined(CRUCIBLE_WITH_CUDA)
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#else
+  (void)device;
+#endif
+}
+
 std::unique_ptr<TimelineMark> record_timeline_mark(c10::Device device) {
 #if defined(CRUCIBLE_WITH_CUDA)
   if (device.is_cuda()) {

@@ -216,6 +216,26 @@ std::string DoctorReport::to_text() const {
   return out;
 }
 
+DoctorReport run_doctor_quick(const JobConfig& job, int local_ranks) {
+  DoctorReport report;
+  report.checks.push_back(check_cores(job, local_ranks));
+  report.checks.push_back(check_memory(local_ranks));
+  report.checks.push_back(check_libtorch());
+  DoctorCheck bf16 = named("bf16");
+  std::string flag;
+  bf16.found = cpu_has_native_bf16(&flag)
+                   ? fmt::format("this CPU computes bf16 in hardware ({}): precision = \"auto\" trains in bf16 here", flag)
+                   : "no bf16 arithmetic on this CPU (no avx512_bf16, amx_bf16 or bf16 in /proc/cpuinfo): precision = "
+                     "\"auto\" trains in fp32 here";
+  report.checks.push_back(bf16);
+  report.checks.push_back(check_cuda());
+  return report;
+}
+
+std::string doctor_checks_json(const DoctorReport& report) {
+  return nlohmann::json::parse(report.to_json())["checks"].dump();
+}
+
 DoctorReport run_doctor(const JobConfig& job, int local_ranks) {
   DoctorReport report;
   compat::set_num_threads(compute_threads(job, local_ranks));  // as the trainer does, for the timings

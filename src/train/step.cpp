@@ -258,6 +258,11 @@ TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64
   return result;
 }
 
+data::NormalizeOptions normalize_options(const JobConfig& job) {
+  return {job.data.mean, job.data.std, data::parse_value_range(job.data.mean_std_range, "data.mean_std_range"),
+          data::parse_color_order(job.data.mean_std_order, "data.mean_std_order")};
+}
+
 std::vector<ParamGroup> parameter_groups(const OptimOptions& options, const std::vector<NamedTensor>& params) {
   ParamGroup decay, no_decay;
   decay.weight_decay = options.weight_decay;

@@ -46,6 +46,7 @@
 #include "crucible/train/breakdown.h"
 #include "crucible/train/checkpoint.h"
 #include "crucible/train/data_setup.h"
+#include "crucible/train/doctor.h"
 #include "crucible/train/evaluator.h"
 #include "crucible/train/fine_tune.h"
 #include "crucible/train/grad_scaler.h"
@@ -82,11 +83,6 @@ struct SimulatedOom : std::runtime_error {
 };
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-data::NormalizeOptions normalize_options(const JobConfig& job) {
-  return {job.data.mean, job.data.std, data::parse_value_range(job.data.mean_std_range, "data.mean_std_range"),
-          data::parse_color_order(job.data.mean_std_order, "data.mean_std_order")};
-}
 
 }  // namespace
 
@@ -184,6 +180,7 @@ struct Trainer::Impl {
   Clock::time_point step_begin;
   int loader_threads = 1;
   double interval_loader_busy = 0, session_loader_busy = 0;
+  std::string doctor_json;           // run_doctor_quick's checks at start (summary.json "doctor")
   bool cpu_bf16 = false;             // this CPU computes bf16 in hardware (cpu_bf16_flag says why)
   std::string cpu_bf16_flag;
   bool main_rank() const { return world.rank == 0; }
@@ -343,6 +340,15 @@ void Trainer::Impl::build() {
   // Precision and memory format: as configured, as a resumed run chose, or auto (a rule on a
   // CPU, timed on a GPU).
   cpu_bf16 = cpu_has_native_bf16(&cpu_bf16_flag);
+  if (main_rank()) {
+    const DoctorReport quick = run_doctor_quick(job, world.local_size);
+    for (const auto& c : quick.checks) {
+      if (c.status != DoctorCheck::Status::kOk) {
+        log_warn("doctor: {}: {}{}", c.name, c.found, c.fix.empty() ? "" : " → " + c.fix);
+      }
+    }
+    doctor_json = doctor_checks_json(quick);
+  }
   if (stored_precision) {
     choice.value = *stored_precision;
     choice.source = "checkpoint";
@@ -837,6 +843,7 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
             {"samples", st.samples},
             {"bad_samples_skipped", train_loader->skipped_count() + test_loader->skipped_count()},
             {"skipped_samples", skipped},
+            {"doctor", doctor_json.empty() ? json(nullptr) : json::parse(doctor_json)},
             {"breakdown", breakdown},
             {"bottleneck", bottleneck},
             {"steps", st.step},

@@ -31,9 +31,7 @@ TuneResult tune_batch(const JobConfig& job, int64_t budget_bytes, int64_t max_ba
   const c10::Device device(c10::kCPU);
   DataSetup ds = make_data(job, derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kAugment));
   const data::ImageSpec spec = ds.train->output_spec();
-  const data::NormalizeOptions norm{job.data.mean, job.data.std,
-                                    data::parse_value_range(job.data.mean_std_range, "data.mean_std_range"),
-                                    data::parse_color_order(job.data.mean_std_order, "data.mean_std_order")};
+  const data::NormalizeOptions norm = normalize_options(job);
   // The step that trains (TrialStep), in the job's precision (auto: what it picks on a CPU).
   const Precision precision = job.train.precision == PrecisionMode::kAuto
                                   ? cpu_auto_precision(cpu_has_native_bf16(), job.train.channels_last)

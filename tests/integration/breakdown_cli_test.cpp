@@ -6,6 +6,7 @@
 // In every run the phases' shares of each interval's measured step time add up to 1 ± 2%.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -89,8 +90,8 @@ std::vector<std::string> with_env(const std::string& var, std::vector<std::strin
 
 TEST(BreakdownCli, SlowDataIsInputBoundAndTheFixNamesADataSettingT12) {
   test::TempDir d;
-  std::vector<std::string> cmd = with_env("CRUCIBLE_TEST_SAMPLE_DELAY_MS=6", short_job(d, "slow"));
-  for (const char* s : {"train.max_steps=20", "log.every_steps=5", "data.threads=1", "train.batch_size=128"}) {
+  std::vector<std::string> cmd = with_env("CRUCIBLE_TEST_SAMPLE_DELAY_MS=50", short_job(d, "slow"));
+  for (const char* s : {"train.max_steps=20", "log.every_steps=5", "data.threads=1", "train.batch_size=16"}) {
     cmd.insert(cmd.end(), {"--set", s});
   }
   const auto r = test::run_command(cmd);
@@ -111,7 +112,12 @@ TEST(BreakdownCli, SlowDataIsInputBoundAndTheFixNamesADataSettingT12) {
 
 TEST(BreakdownCli, TheDefaultJobIsComputeBoundAndProfilingChangesNothingT12) {
   test::TempDir d;
-  const auto r = test::run_command(short_job(d, "light"));
+  // The default job's recipe (batch 256), 20 steps of it.
+  auto twenty = [](std::vector<std::string> cmd) {
+    cmd.insert(cmd.end(), {"--set", "train.max_steps=20", "--set", "log.every_steps=5"});
+    return cmd;
+  };
+  const auto r = test::run_command(twenty(short_job(d, "light")));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   expect_breakdown_adds_up(d / "light");
   const json s = json::parse(test::read_text(d / "light/summary.json"));
@@ -121,10 +127,16 @@ TEST(BreakdownCli, TheDefaultJobIsComputeBoundAndProfilingChangesNothingT12) {
       << shares.dump();
   EXPECT_EQ(shares["communication"].get<double>(), 0.0);  // one process: nothing to wait for
   for (const json& rec : train_records(d / "light")) EXPECT_EQ(rec["verdict"], "compute-bound") << rec.dump();
-  // The run's report, written at the end, shows the verdict (report_browser_test.py renders it).
-  expect_contains(test::read_text(d / "light/report.html"), "compute-bound");
+  // The environment as `crucible doctor`'s quick checks saw it at start, in the summary and in the
+  // run's report, which also shows the verdict (report_browser_test.py renders it).
+  std::set<std::string> checks;
+  for (const json& c : s["doctor"]) checks.insert(c["name"].get<std::string>());
+  EXPECT_EQ(checks, (std::set<std::string>{"bf16", "cores", "cuda", "libtorch", "memory"})) << s["doctor"].dump();
+  const std::string report = test::read_text(d / "light/report.html");
+  expect_contains(report, "compute-bound");
+  expect_contains(report, s["doctor"][0]["found"].get<std::string>().substr(0, 20));
 
-  std::vector<std::string> off = short_job(d, "off");
+  std::vector<std::string> off = twenty(short_job(d, "off"));
   off.insert(off.end(), {"--set", "train.profile=off"});
   const auto o = test::run_command(off);
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
@@ -138,11 +150,11 @@ TEST(BreakdownCli, TheDefaultJobIsComputeBoundAndProfilingChangesNothingT12) {
 TEST(BreakdownCli, TwoRanksWithASlowAllReduceAreCommunicationBoundT12) {
   test::TempDir d;
   std::vector<std::string> train = short_job(d, "comm");
-  for (const char* s : {"train.max_steps=16", "log.every_steps=4", "train.batch_size=64", "dist.bucket_mb=25"}) {
+  for (const char* s : {"train.max_steps=16", "log.every_steps=4", "train.batch_size=16", "dist.bucket_mb=25"}) {
     train.insert(train.end(), {"--set", s});
   }
   std::vector<std::string> cmd = {
-      "/usr/bin/env", "CRUCIBLE_TEST_ALLREDUCE_DELAY_MS=250", test::crucible_binary(), "launch", "--nproc", "2", "--"};
+      "/usr/bin/env", "CRUCIBLE_TEST_ALLREDUCE_DELAY_MS=400", test::crucible_binary(), "launch", "--nproc", "2", "--"};
   cmd.insert(cmd.end(), train.begin(), train.end());  // `crucible launch … -- crucible train …`
   const auto r = test::run_command(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;

@@ -313,7 +313,8 @@ TEST(PredictCliBf16, TiedLogitsRankAsEvalsArgmax) {
   const std::vector<std::string> job = {"--set", "run.dir=" + d.path(), "--set", "run.name=bf", "--set",
                                         "data.test_samples=2000"};
   std::vector<std::string> train = {test::crucible_binary(), "train", "--set", "data.train_samples=2000", "--set",
-                                    "train.epochs=1", "--set", "train.max_steps=8", "--set", "train.precision=bf16",
+                                    "train.epochs=1", "--set", "train.max_steps=8", "--set", "train.batch_size=64", "--set",
+                                    "train.precision=bf16",
                                     "--set", "log.progress=lines"};
   train.insert(train.end(), job.begin(), job.end());
   const auto t = test::run_command(train);

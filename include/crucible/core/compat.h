@@ -80,6 +80,14 @@ double timeline_seconds(TimelineMark& from, TimelineMark& to);
 // Bytes the device's caching allocator holds without a tensor in them (reserved − allocated):
 // what release_cached_memory gives back. 0 on CPU.
 int64_t cached_memory_bytes(c10::Device device);
+
+// Waits until the device has finished its queued work (CUDA); nothing on CPU, where work is done
+// when the call returns. For timing outside the training step (bench model), never in it.
+void synchronize(c10::Device device);
+// The most bytes the device's allocator held in tensors since the last reset (CUDA); 0 on CPU
+// (CpuMemoryBudget counts CPU tensors).
+int64_t device_peak_bytes(c10::Device device);
+void reset_device_peak(c10::Device device);
 // M6: deterministic algorithms only (an op without one raises). On: also CUBLAS_WORKSPACE_CONFIG
 // = ":4096:8" (kept if already ":4096:8" or ":16:8"), which cuBLAS reads when a handle is
 // created, so call this before the first matrix product on a GPU. Returns what it did to the

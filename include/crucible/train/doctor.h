@@ -30,4 +30,11 @@ struct DoctorReport {
 // `local_ranks`: processes that will share this machine (crucible launch --nproc; 1 alone).
 DoctorReport run_doctor(const JobConfig& job, int local_ranks);
 
+// The checks that measure nothing and open no data (cores, memory, libtorch, bf16 hardware from
+// /proc/cpuinfo, CUDA): milliseconds, so every run records them (summary.json "doctor", the
+// report's environment).
+DoctorReport run_doctor_quick(const JobConfig& job, int local_ranks);
+// The checks as a JSON array text ([{"name", "status", "found", "fix"}, …]).
+std::string doctor_checks_json(const DoctorReport& report);
+
 }  // namespace crucible::train

@@ -21,6 +21,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include "crucible/data/device_input.h"
 #include "crucible/train/job_config.h"
 #include "crucible/train/optimizer.h"  // NamedTensor
 #include "crucible/train/precision.h"
@@ -152,6 +153,10 @@ class TrainStep {
 // T4 parameter groups: weight decay on weights, none on biases and normalisation weights (1-D
 // tensors) unless options.decay_bias_and_norm.
 std::vector<ParamGroup> parameter_groups(const OptimOptions& options, const std::vector<NamedTensor>& params);
+
+// The job's input normalisation (data.mean/std in their stated range and channel order, D3/D4),
+// as the trainer's DeviceInput and every trial of the step take it.
+data::NormalizeOptions normalize_options(const JobConfig& job);
 
 // A throwaway copy of a job's training step — a fresh model (from torch's generator as it is),
 // its optimizer, loss, loss scaler and TrainStep — in one precision, for `precision = auto`
