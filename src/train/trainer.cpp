@@ -811,6 +811,7 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
   }
   const int64_t session_steps = st.step - first_step;
   json breakdown = nullptr, bottleneck = nullptr;
+  if (clock) session_phases += clock->take();  // the steps after the last log interval
   if (clock && clock->enabled() && session_steps > 0 && session_step_seconds > 0) {
     // This session's steps (a resumed run's earlier sessions are in metrics.jsonl).
     json phases = json::object(), shares = json::object();

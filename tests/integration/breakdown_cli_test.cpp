@@ -90,11 +90,13 @@ std::vector<std::string> with_env(const std::string& var, std::vector<std::strin
 
 TEST(BreakdownCli, SlowDataIsInputBoundAndTheFixNamesADataSettingT12) {
   test::TempDir d;
-  std::vector<std::string> cmd = with_env("CRUCIBLE_TEST_SAMPLE_DELAY_MS=50", short_job(d, "slow"));
-  for (const char* s : {"train.max_steps=20", "log.every_steps=5", "data.threads=1", "train.batch_size=16"}) {
+  // 250 ms a sample, batch 4: a second of loading a step against milliseconds of compute, so
+  // input-bound even when a parallel ctest slows the step 40x (seen: 60 ms of compute a sample).
+  std::vector<std::string> cmd = with_env("CRUCIBLE_TEST_SAMPLE_DELAY_MS=250", short_job(d, "slow"));
+  for (const char* s : {"train.max_steps=22", "log.every_steps=5", "data.threads=1", "train.batch_size=4"}) {
     cmd.insert(cmd.end(), {"--set", s});
   }
-  const auto r = test::run_command(cmd);
+  const auto r = test::run_command(cmd);  // 22 steps: the last 2 after the last log interval
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   expect_breakdown_adds_up(d / "slow");
   const json s = json::parse(test::read_text(d / "slow/summary.json"));
@@ -150,9 +152,11 @@ TEST(BreakdownCli, TheDefaultJobIsComputeBoundAndProfilingChangesNothingT12) {
 TEST(BreakdownCli, TwoRanksWithASlowAllReduceAreCommunicationBoundT12) {
   test::TempDir d;
   std::vector<std::string> train = short_job(d, "comm");
-  for (const char* s : {"train.max_steps=16", "log.every_steps=4", "train.batch_size=16", "dist.bucket_mb=25"}) {
+  for (const char* s : {"train.max_steps=16", "log.every_steps=4", "train.batch_size=4", "dist.bucket_mb=25"}) {
     train.insert(train.end(), {"--set", s});
   }
+  // 400 ms a step against milliseconds of compute for 4 samples a rank: communication-bound even
+  // on a loaded machine.
   std::vector<std::string> cmd = {
       "/usr/bin/env", "CRUCIBLE_TEST_ALLREDUCE_DELAY_MS=400", test::crucible_binary(), "launch", "--nproc", "2", "--"};
   cmd.insert(cmd.end(), train.begin(), train.end());  // `crucible launch … -- crucible train …`
