@@ -69,7 +69,7 @@ $(TORCH2_DIR)/build.ninja: CMakeLists.txt | setup-torch2
 
 test-torch2: setup-torch2 $(TORCH2_DIR)/build.ninja
 	@cmake --build $(TORCH2_DIR) -j $(JOBS)
-	@cd $(TORCH2_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200
+	@cd $(TORCH2_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200 -LE slow
 
 bench: build
 	@bench/fmnist_vs_pytorch
