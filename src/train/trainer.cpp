@@ -199,6 +199,7 @@ struct Trainer::Impl {
   void read_interval(obs::MetricSinks& sinks, double lr, double momentum);
   void write_report();
   void count_step_time();
+  std::array<int64_t, kHostReadReasons> session_host_reads() const;  // T6: since the loop began, by reason
   BottleneckContext bottleneck_context(double loader_busy_seconds, double step_seconds) const;
   TrainSummary summarize(bool already_complete);
   TrainSummary run();
@@ -744,6 +745,12 @@ void Trainer::Impl::count_step_time() {
   session_step_seconds += dt;
 }
 
+std::array<int64_t, kHostReadReasons> Trainer::Impl::session_host_reads() const {
+  auto n = host_read_counts();
+  for (size_t i = 0; i < n.size(); ++i) n[i] -= host_reads_at_start[i];
+  return n;
+}
+
 BottleneckContext Trainer::Impl::bottleneck_context(double loader_busy_seconds, double step_seconds) const {
   BottleneckContext c;
   c.dataset = job.data.dataset == DataSection::Dataset::kIdx      ? "idx"
@@ -767,8 +774,7 @@ BottleneckContext Trainer::Impl::bottleneck_context(double loader_busy_seconds, 
   c.bucket_mb = job.dist.bucket_mb;
   c.accumulate = job.train.accumulate;
   int64_t reads = 0;
-  const auto now = host_read_counts();
-  for (int i = 0; i < kHostReadReasons; ++i) reads += now[static_cast<size_t>(i)] - host_reads_at_start[static_cast<size_t>(i)];
+  for (int64_t n : session_host_reads()) reads += n;
   c.host_reads_per_step = st.step > first_step ? static_cast<double>(reads) / static_cast<double>(st.step - first_step) : 1;
   c.log_every_steps = job.log.every_steps;
   c.sync_debug = job.train.sync_debug;
@@ -803,9 +809,9 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
   // T6: this session's host reads in the training loop, by reason, and per step.
   json host_reads = json::object();
   int64_t reads = 0;
-  const auto now = host_read_counts();
+  const auto session = session_host_reads();
   for (int i = 0; i < kHostReadReasons; ++i) {
-    const int64_t n = now[static_cast<size_t>(i)] - host_reads_at_start[static_cast<size_t>(i)];
+    const int64_t n = session[static_cast<size_t>(i)];
     host_reads[host_read_name(static_cast<HostRead>(i))] = n;
     reads += n;
   }
