@@ -17,6 +17,7 @@
 
 #include "crucible/core/error.h"
 #include "crucible/nn/batch_norm.h"
+#include "crucible/nn/layer_scope.h"
 #include "crucible/nn/resnet.h"
 #include "crucible/nn/torchscript.h"
 
@@ -56,19 +57,21 @@ struct FmnistCnnImpl : tnn::Module {
 
   at::Tensor forward(const at::Tensor& input) {
     namespace F = torch::nn::functional;
-    at::Tensor x = F::relu(bn1(conv1(input)), F::ReLUFuncOptions().inplace(true));
-    x = F::relu(bn2(conv2(x)), F::ReLUFuncOptions().inplace(true));
-    x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2));
-    x = F::relu(bn3(conv3(x)), F::ReLUFuncOptions().inplace(true));
-    x = F::relu(bn4(conv4(x)), F::ReLUFuncOptions().inplace(true));
-    x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2));
-    if (x.size(2) != pooled_height || x.size(3) != pooled_width) {
-      // Another input size (multi-scale training, M4): pooled to the classifier's grid.
-      x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions({pooled_height, pooled_width}));
-    }
-    x = x.flatten(1);
-    x = F::relu(fc1(x), F::ReLUFuncOptions().inplace(true));
-    return fc2(drop(x));
+    const auto relu = F::ReLUFuncOptions().inplace(true);
+    // Each layer is marked for train.profile = "full" (nn/layer_scope.h), its pooling with it.
+    at::Tensor x = layer("layer:conv1", [&] { return F::relu(bn1(conv1(input)), relu); });
+    x = layer("layer:conv2", [&] { return F::max_pool2d(F::relu(bn2(conv2(x)), relu), F::MaxPool2dFuncOptions(2)); });
+    x = layer("layer:conv3", [&] { return F::relu(bn3(conv3(x)), relu); });
+    x = layer("layer:conv4", [&] {
+      at::Tensor y = F::max_pool2d(F::relu(bn4(conv4(x)), relu), F::MaxPool2dFuncOptions(2));
+      if (y.size(2) != pooled_height || y.size(3) != pooled_width) {
+        // Another input size (multi-scale training, M4): pooled to the classifier's grid.
+        y = F::adaptive_avg_pool2d(y, F::AdaptiveAvgPool2dFuncOptions({pooled_height, pooled_width}));
+      }
+      return y;
+    });
+    x = layer("layer:fc1", [&] { return F::relu(fc1(x.flatten(1)), relu); });
+    return layer("layer:fc2", [&] { return fc2(drop(x)); });
   }
 
   tnn::Conv2d conv1;

@@ -20,6 +20,7 @@
 
 #include "crucible/core/error.h"
 #include "crucible/nn/batch_norm.h"
+#include "crucible/nn/layer_scope.h"
 
 namespace crucible::nn {
 namespace {
@@ -142,11 +143,14 @@ struct ResNetImpl : tnn::Module {
   }
 
   at::Tensor forward(const at::Tensor& input) {
-    at::Tensor x = relu_(bn1(conv1(input)));
-    x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
-    for (auto& layer : layers) x = layer->forward(x);
-    x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1));
-    return fc(x.flatten(1));
+    // Each top-level child is marked for train.profile = "full" (nn/layer_scope.h).
+    static constexpr std::array<const char*, 4> kScopes = {"layer:layer1", "layer:layer2", "layer:layer3",
+                                                           "layer:layer4"};
+    at::Tensor x = layer("layer:conv1", [&] {
+      return F::max_pool2d(relu_(bn1(conv1(input))), F::MaxPool2dFuncOptions(3).stride(2).padding(1));
+    });
+    for (size_t i = 0; i < layers.size(); ++i) x = layer(kScopes[i], [&] { return layers[i]->forward(x); });
+    return layer("layer:fc", [&] { return fc(F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)).flatten(1)); });
   }
 
   tnn::Conv2d conv1{nullptr};

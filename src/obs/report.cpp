@@ -714,6 +714,29 @@ std::string breakdown_html(const RunView& r) {
   return out + "</section>";
 }
 
+// train.profile = "full": summary.layers, each layer's forward and backward milliseconds a step.
+std::string layers_html(const RunView& r) {
+  const Json* layers = field(r.summary(), "layers");
+  if (layers == nullptr || !layers->is_array() || layers->empty()) return "";
+  std::string rows;
+  for (const auto& l : *layers) {
+    const Json* name = field(&l, "name");
+    double fwd = 0, bwd = 0, share = 0;
+    number_at(&l, "forward_ms_per_step", &fwd);
+    number_at(&l, "backward_ms_per_step", &bwd);
+    number_at(&l, "share", &share);
+    rows += fmt::format(
+        "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.1f}%</td></tr>",
+        esc(name != nullptr && name->is_string() ? name->get<std::string>() : "?"), num(fwd), num(bwd), 100 * share);
+  }
+  return "<section class=\"layers\"><h2>Time by layer</h2><p class=\"muted\">train.profile = \"full\": each "
+         "layer's forward and backward, timed through torch's profiler hooks (the backward of an operation "
+         "belongs to the layer that ran its forward).</p><table class=\"phases\"><tr><th>layer</th><th "
+         "class=\"num\">forward ms/step</th><th class=\"num\">backward ms/step</th><th class=\"num\">share of "
+         "step time</th></tr>" +
+         rows + "</table></section>";
+}
+
 std::string curves_html(const std::vector<RunView>& runs) {
   const bool compare = runs.size() > 1;
   std::string out = "<section class=\"curves\"><h2>Curves</h2><div class=\"charts\">";
@@ -1050,7 +1073,7 @@ std::string render_report(const std::vector<RunReportData>& runs, const std::str
   if (views.size() == 1) {
     const RunView& r = views.front();
     return page(r.label + " · crucible run report", header_html(r) + verdict_html(r) + breakdown_html(r) +
-                                                        curves_html(views) + config_html(r, defaults) +
+                                                        layers_html(r) + curves_html(views) + config_html(r, defaults) +
                                                         environment_html(r) + files_html(r));
   }
   std::string title = "crucible comparison:";

@@ -132,8 +132,9 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   s.add("train", "loss_scale_interval", &j.train.loss_scale_interval, "fp16: clean steps before the scale doubles")
       .min(1);
   using PR = TrainSection::Profile;
-  s.add_enum("train", "profile", &j.train.profile, {{"off", PR::kOff}, {"light", PR::kLight}},
-             "step-time breakdown and bottleneck verdict: light (timers, no sync per phase) | off");
+  s.add_enum("train", "profile", &j.train.profile, {{"off", PR::kOff}, {"light", PR::kLight}, {"full", PR::kFull}},
+             "step-time breakdown and bottleneck verdict: light (timers, no sync per phase) | full (and per-layer "
+             "forward/backward times; slower) | off");
   s.add("train", "deterministic", &j.train.deterministic, "deterministic algorithms only (M6)");
   s.add("train", "matmul_precision", &j.train.matmul_precision, "float32 matmul precision (T5; TF32 on GPUs)")
       .choices({"highest", "high", "medium"});

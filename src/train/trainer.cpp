@@ -44,6 +44,7 @@
 #include "crucible/obs/report.h"
 #include "crucible/obs/tensorboard.h"
 #include "crucible/train/breakdown.h"
+#include "crucible/train/layer_profile.h"
 #include "crucible/train/checkpoint.h"
 #include "crucible/train/data_setup.h"
 #include "crucible/train/doctor.h"
@@ -175,6 +176,7 @@ struct Trainer::Impl {
   // time, the current step's start, and the loader's busy time and wall clock at the interval's
   // start (its busy share for the verdict).
   std::unique_ptr<PhaseClock> clock;
+  std::unique_ptr<LayerProfiler> layer_profiler;  // train.profile = "full"
   PhaseSeconds session_phases;
   double session_step_seconds = 0;
   Clock::time_point step_begin;
@@ -497,6 +499,15 @@ void Trainer::Impl::build() {
                                      grad_sync.get());
   clock = std::make_unique<PhaseClock>(device, job.train.profile != TrainSection::Profile::kOff);
   step->set_clock(clock.get());
+  if (job.train.profile == TrainSection::Profile::kFull) {
+    if (model->nn_module() == nullptr) {
+      log_warn("train.profile = \"full\": {} marks no layers; per-layer times cover the zoo's models only (the "
+               "step-time breakdown is kept)",
+               job.model.name);
+    } else {
+      layer_profiler = std::make_unique<LayerProfiler>(device);
+    }
+  }
   step->before_forward = [this](int64_t samples) {
     if (g_oom_step.load() == st.step && samples > g_oom_max.load()) throw SimulatedOom();
   };
@@ -834,6 +845,30 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
     const Bottleneck b = diagnose(session_phases, bottleneck_context(session_loader_busy, session_step_seconds));
     bottleneck = {{"verdict", b.verdict()}, {"share", b.share}, {"evidence", b.evidence}, {"fix", b.fix}};
   }
+  // train.profile = "full": each layer's forward and backward, per step of this session.
+  json layers = nullptr;
+  if (layer_profiler && session_steps > 0) {
+    layers = json::array();
+    for (const LayerTime& l : layer_profiler->layers()) {
+      layers.push_back({{"name", l.name},
+                        {"forward_seconds", l.forward_seconds},
+                        {"backward_seconds", l.backward_seconds},
+                        {"forward_ms_per_step", 1e3 * l.forward_seconds / session_steps},
+                        {"backward_ms_per_step", 1e3 * l.backward_seconds / session_steps},
+                        {"share", session_step_seconds > 0
+                                      ? (l.forward_seconds + l.backward_seconds) / session_step_seconds
+                                      : 0.0}});
+    }
+    if (main_rank()) {
+      std::vector<std::string> parts;
+      for (const auto& l : layers) {
+        parts.push_back(fmt::format("{} {:.1f}+{:.1f} ms ({:.0f}%)", l["name"].get<std::string>(),
+                                    l["forward_ms_per_step"].get<double>(), l["backward_ms_per_step"].get<double>(),
+                                    100 * l["share"].get<double>()));
+      }
+      log_info("time by layer a step, forward+backward: {}", fmt::join(parts, ", "));
+    }
+  }
   json skipped = json::array();
   for (const auto* l : {train_loader.get(), test_loader.get()}) {
     for (const auto& name : l->skipped_names()) skipped.push_back(name);
@@ -853,6 +888,7 @@ TrainSummary Trainer::Impl::summarize(bool already_complete) {
             {"doctor", doctor_json.empty() ? json(nullptr) : json::parse(doctor_json)},
             {"breakdown", breakdown},
             {"bottleneck", bottleneck},
+            {"layers", layers},
             {"steps", st.step},
             {"epochs", job.train.epochs},
             {"precision", choice.value.dtype_name()},
@@ -1072,7 +1108,9 @@ TrainSummary Trainer::Impl::run() {
           }
         };
       }
+      if (layer_profiler) layer_profiler->arm();
       train_step(*batch, sp, &stop);
+      if (layer_profiler) layer_profiler->disarm();
       step->before_update = nullptr;
       ++st.step;
       ++st.batch_in_epoch;

@@ -3,6 +3,7 @@
 //   and the fix names a data setting;
 // - the default job → compute-bound; train.profile = "off" trains to the same weights;
 // - 2 ranks with a delay injected into the gradient all-reduce → communication-bound.
+// - train.profile = "full" adds each layer's forward and backward time.
 // In every run the phases' shares of each interval's measured step time add up to 1 ± 2%.
 #include <gtest/gtest.h>
 
@@ -147,6 +148,62 @@ TEST(BreakdownCli, TheDefaultJobIsComputeBoundAndProfilingChangesNothingT12) {
   EXPECT_TRUE(so["bottleneck"].is_null());
   for (const json& rec : train_records(d / "off")) EXPECT_FALSE(rec.contains("breakdown")) << rec.dump();
   EXPECT_EQ(so["params_sha256"], s["params_sha256"]) << "timing the step changed what it computed";
+}
+
+// train.profile = "full": every layer of the default model gets its forward and its backward
+// (each backward node given to the layer whose forward made it), the layers' times fit inside the
+// breakdown's forward and backward phases, and the weights are those of a "light" run.
+TEST(BreakdownCli, FullProfileTimesEachLayerAndChangesNothingT12) {
+  test::TempDir d;
+  auto job = [&](const std::string& name, const char* profile) {
+    std::vector<std::string> cmd = short_job(d, name);
+    for (const char* s : {"train.max_steps=12", "log.every_steps=4", "train.batch_size=64"}) {
+      cmd.insert(cmd.end(), {"--set", s});
+    }
+    cmd.insert(cmd.end(), {"--set", std::string("train.profile=") + profile});
+    return cmd;
+  };
+  const auto r = test::run_command(job("full", "full"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  expect_breakdown_adds_up(d / "full");
+  const json s = json::parse(test::read_text(d / "full/summary.json"));
+  const json& layers = s["layers"];
+  ASSERT_TRUE(layers.is_array()) << s.dump(2);
+  std::vector<std::string> names;
+  double forward = 0, backward = 0, outside = 0;
+  for (const json& l : layers) {
+    names.push_back(l["name"]);
+    forward += l["forward_seconds"].get<double>();
+    backward += l["backward_seconds"].get<double>();
+    if (l["name"] == "(outside layers)") {
+      outside = l["backward_seconds"].get<double>();
+      continue;
+    }
+    EXPECT_GT(l["forward_seconds"].get<double>(), 0) << l.dump();
+    EXPECT_GT(l["backward_seconds"].get<double>(), 0) << l.dump();  // its backward nodes were found
+    EXPECT_NEAR(l["forward_ms_per_step"].get<double>(), 1e3 * l["forward_seconds"].get<double>() / 12, 1e-9);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"conv1", "conv2", "conv3", "conv4", "fc1", "fc2", "(outside layers)"}));
+  // The layers ran inside the step's forward and backward phases, and fill most of them.
+  const json& phases = s["breakdown"]["phases"];
+  const double fwd_phase = phases["forward"].get<double>(), bwd_phase = phases["backward"].get<double>();
+  EXPECT_LE(forward, fwd_phase * 1.02) << s["breakdown"].dump();
+  EXPECT_GT(forward, fwd_phase * 0.6) << s["breakdown"].dump();
+  EXPECT_LE(backward, bwd_phase * 1.02) << s["breakdown"].dump();
+  EXPECT_GT(backward, bwd_phase * 0.6) << s["breakdown"].dump();
+  // Most backward time belongs to a layer: outside are only the loss's nodes and the gradient
+  // accumulation (a broken forward/backward match puts everything there).
+  EXPECT_LT(outside, 0.2 * backward) << layers.dump();
+  expect_contains(r.out + r.err, "time by layer a step, forward+backward: conv1 ");
+  const std::string report = test::read_text(d / "full/report.html");
+  expect_contains(report, "Time by layer");
+  expect_contains(report, "<td>conv4</td>");
+
+  const auto l = test::run_command(job("light", "light"));
+  ASSERT_EQ(l.exit_code, 0) << l.out << l.err;
+  const json sl = json::parse(test::read_text(d / "light/summary.json"));
+  EXPECT_TRUE(sl["layers"].is_null());
+  EXPECT_EQ(sl["params_sha256"], s["params_sha256"]) << "profiling the layers changed what the step computed";
 }
 
 TEST(BreakdownCli, TwoRanksWithASlowAllReduceAreCommunicationBoundT12) {

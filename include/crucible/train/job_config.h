@@ -78,8 +78,9 @@ struct TrainSection {
   bool sync_debug = false;     // T14: synchronise after every kernel (CUDA_LAUNCH_BLOCKING=1), warn at host syncs
   bool release_cache = true;   // T13: release cached device memory at every epoch end
   // The step-time breakdown and bottleneck verdict: "light" (host clocks on CPU, events on
-  // CUDA; no sync per phase) | "off".
-  enum class Profile { kOff, kLight };
+  // CUDA; no sync per phase) | "full" (light, plus each layer's forward and backward time from
+  // torch's profiler hooks: costs steps, on CUDA a sync per layer) | "off".
+  enum class Profile { kOff, kLight, kFull };
   Profile profile = Profile::kLight;
   // M4: input sizes (square) to train at, one per step drawn from (seed, step) — the same on
   // every rank; empty = the data's own size. Evaluation uses the data's size.
