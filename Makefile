@@ -10,8 +10,11 @@ TSAN_DIR ?= build-tsan
 # The second supported libtorch: current torch from PyPI in a project-local venv (DESIGN.md).
 TORCH2_DIR ?= build-torch2
 TORCH2_VENV ?= .venv-torch2
+# The Python module (issue 14, work in progress: not yet part of make test).
+PYTHON_DIR ?= build-python
 
-.PHONY: all setup setup-torch2 configure build demo test test-sanitize test-tsan test-torch2 bench bench-torch2 clean
+.PHONY: all setup setup-torch2 configure build demo test test-sanitize test-tsan test-torch2 bench bench-torch2 \
+	python test-python clean
 
 all: build
 
@@ -70,6 +73,21 @@ $(TORCH2_DIR)/build.ninja: CMakeLists.txt | setup-torch2
 test-torch2: setup-torch2 $(TORCH2_DIR)/build.ninja
 	@cmake --build $(TORCH2_DIR) -j $(JOBS)
 	@cd $(TORCH2_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200 -LE slow
+
+# The Python module `crucible` (python/): torch-free, built in its own folder with position-
+# independent code; import it with PYTHONPATH=$(PYTHON_DIR)/python /usr/bin/python3.
+$(PYTHON_DIR)/build.ninja: CMakeLists.txt python/CMakeLists.txt | setup
+	@scripts/setup python
+	@cmake -S . -B $(PYTHON_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCRUCIBLE_WITH_TORCH=OFF \
+	  -DCRUCIBLE_BUILD_TESTS=OFF -DCRUCIBLE_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
+
+python: $(PYTHON_DIR)/build.ninja
+	@cmake --build $(PYTHON_DIR) -j $(JOBS) --target crucible_native
+	@echo "python: PYTHONPATH=$(CURDIR)/$(PYTHON_DIR)/python /usr/bin/python3 -c 'import crucible'"
+
+test-python: python build
+	@PYTHONPATH=$(CURDIR)/$(PYTHON_DIR)/python CRUCIBLE=$(CURDIR)/$(CRUCIBLE) \
+	  /usr/bin/python3 -m unittest discover -s tests/python -t tests/python -v
 
 bench: build
 	@bench/fmnist_vs_pytorch

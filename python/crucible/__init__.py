@@ -1,0 +1,181 @@
+"""crucible for PyTorch training loops: its data loader and its array io, as torch tensors.
+
+    import crucible
+    loader = crucible.ImageLoader("photos/train", batch_size=128, crop=224, train=True)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for images, labels in loader:      # uint8 [N, 3, 224, 224], int64 [N]
+            ...
+
+Batches are built by crucible's threads (no fork, no pickling) and are identical for any
+thread count; the order and the shards equal torch's DistributedSampler (X1). The tensors are
+the loader's own batch memory (no copy), kept alive by the tensors themselves. `load` reads
+npy, npz, safetensors and .pt files (a pickle that would run code is refused, naming what it
+calls) into tensors viewing the file's memory map where the format allows.
+"""
+import torch
+from torch.utils import dlpack as _dlpack
+
+from . import _native
+
+__version__ = _native.version
+__all__ = ["ImageLoader", "load"]
+
+
+def _tensor(capsule):
+    return _dlpack.from_dlpack(capsule)
+
+
+def _distributed():
+    """(rank, world_size) of torch.distributed when it is initialised, else (0, 1)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class ImageLoader:
+    """Batches of (images, labels) from an image folder, tar shards, an LMDB folder, packed shards
+    (`crucible pack`) or a folder of IDX files.
+
+    Training (train=True): RandomResizedCrop to `crop` and a horizontal flip, shuffled each epoch;
+    evaluation: resize and centre crop, in order. Images are uint8 in 0–255, NCHW (or NHWC with
+    layout="NHWC"); with dtype=torch.float32 they are scaled to 0–1 and, with mean and std (in
+    0–1 units, one per channel), normalised (D4). Labels are int64 class indices.
+
+    rank and world_size default to torch.distributed's when it is initialised; each rank gets
+    DistributedSampler's shard (padded to equal length, drop_last=False there). drop_last drops a
+    final partial batch. threads=None measures the best count (D10). cache: "none", "encoded" or
+    "decoded" (data.cache). bad_samples: "fail" (a bad file raises ValueError naming it) or "skip"
+    (left out of its batch and named in `skipped`). settings: any other crucible data.* keys,
+    e.g. {"data.prefetch": 8}.
+
+    The epoch is set_epoch()'s, or advances by itself after each full pass; state_dict() and
+    load_state_dict() resume in mid-epoch with the same remaining batches.
+    """
+
+    def __init__(self, source, *, batch_size, crop=224, train=True, seed=0, rank=None, world_size=None,
+                 threads=None, cache="none", bad_samples="fail", layout="NCHW", drop_last=False, epoch=0,
+                 dtype=None, mean=None, std=None, settings=None):
+        if layout not in ("NCHW", "NHWC"):
+            raise ValueError(f"ImageLoader: layout must be 'NCHW' or 'NHWC' (found {layout!r})")
+        if (mean is None) != (std is None):
+            raise ValueError("ImageLoader: give mean and std together")
+        if mean is not None and dtype is None:
+            raise ValueError("ImageLoader: mean/std normalise float images: give dtype=torch.float32 too")
+        if rank is None or world_size is None:
+            r, w = _distributed()
+            rank = r if rank is None else rank
+            world_size = w if world_size is None else world_size
+        a = _native.LoaderArgs()
+        a.source = str(source)
+        a.batch_size = int(batch_size)
+        a.crop = int(crop)
+        a.seed = int(seed)
+        a.rank = int(rank)
+        a.world_size = int(world_size)
+        a.threads = 0 if threads is None else int(threads)
+        a.train = bool(train)
+        a.drop_last = bool(drop_last)
+        a.nchw = layout == "NCHW"
+        a.overrides = [f"data.cache={cache}", f"data.bad_samples={bad_samples}"] + [
+            f"{k}={v}" for k, v in (settings or {}).items()]
+        self._native = _native.ImageLoader(a)
+        self.batch_size = a.batch_size
+        self.rank, self.world_size, self.seed = a.rank, a.world_size, a.seed
+        self.layout = layout
+        self.epoch = int(epoch)
+        self._resume = 0          # the batch the next pass starts at (load_state_dict)
+        self._position = None     # (epoch, batches done) while a pass is under way
+        self.skipped = []         # "name: reason" of samples left out (bad_samples="skip")
+        self._dtype = dtype
+        self._mean = self._std = None
+        if mean is not None:
+            shape = (1, -1, 1, 1) if a.nchw else (1, 1, 1, -1)
+            self._mean = torch.tensor(mean, dtype=dtype).reshape(shape)
+            self._std = torch.tensor(std, dtype=dtype).reshape(shape)
+
+    def __len__(self):
+        return self._native.batches_per_epoch()
+
+    def close(self):
+        """Stops the loader's threads now (dropping the last reference does the same)."""
+        self._native = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def threads(self):
+        return self._native.threads()
+
+    def set_epoch(self, epoch):
+        self.epoch = int(epoch)
+        self._resume = 0
+
+    def __iter__(self):
+        return self.batches()
+
+    def batches(self, epoch=None):
+        """The batches of `epoch` (default: the current one, from a resumed position if any)."""
+        if self._native is None:
+            raise ValueError("ImageLoader: closed")
+        e = self.epoch if epoch is None else int(epoch)
+        start = self._resume if e == self.epoch else 0
+        self._resume = 0
+        self._native.start(e, start)
+        self._position = (e, start)
+        while True:
+            got = self._native.next()
+            if got is None:
+                break
+            pixels, labels, index, skipped = got
+            self._position = (e, index + 1)
+            self.skipped.extend(skipped)
+            yield self._images(_tensor(pixels)), _tensor(labels)
+        self._position = None
+        self.epoch = e + 1
+
+    def _images(self, x):
+        if self._dtype is None:
+            return x
+        x = x.to(self._dtype).div_(255)
+        if self._mean is not None:
+            x.sub_(self._mean).div_(self._std)
+        return x
+
+    def state_dict(self):
+        epoch, batch = self._position if self._position is not None else (self.epoch, self._resume)
+        return {"epoch": epoch, "batch": batch, "batch_size": self.batch_size, "seed": self.seed,
+                "rank": self.rank, "world_size": self.world_size,
+                "dataset_size": self._native.dataset_size()}
+
+    def load_state_dict(self, state):
+        for key in ("batch_size", "seed", "world_size", "dataset_size"):
+            mine = self.state_dict()[key]
+            if key in state and state[key] != mine:
+                raise ValueError(f"ImageLoader.load_state_dict: the state is of a loader with {key} "
+                                 f"{state[key]}, this one has {mine}: the remaining batches would differ")
+        batches = len(self)
+        if not 0 <= int(state["batch"]) <= batches:
+            raise ValueError(f"ImageLoader.load_state_dict: batch {state['batch']} is outside the epoch's "
+                             f"{batches} batches")
+        self.epoch = int(state["epoch"])
+        self._resume = int(state["batch"])
+        self._position = None
+
+
+def load(path):
+    """{name: tensor} of an npy, npz, safetensors or .pt file (format from the content, not the
+    name). Arrays view the file's memory map where the format stores them uncompressed."""
+    arrays, dtypes, _ = _native.load(str(path))
+    out = {}
+    for name, capsule in arrays.items():
+        t = _tensor(capsule)
+        if dtypes[name] == "bool":
+            t = t.view(torch.bool)
+        out[name] = t
+    return out

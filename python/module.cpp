@@ -1,0 +1,261 @@
+// The Python module's native part, `crucible._native` (issue 14): the loader and the io layer
+// for PyTorch users who keep their own training loop. Torch-free: batches and arrays leave as
+// DLPack capsules that torch.utils.dlpack.from_dlpack turns into tensors without a copy, the
+// capsule's deleter owning the batch (or the mapped file) until the last tensor viewing it is
+// freed. So one build serves any torch the Python has (1.13 and 2.x alike) and links no
+// libtorch. The Python half (python/crucible/__init__.py) wraps these in torch.Tensors.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <dlpack/dlpack.h>
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "crucible/core/config.h"
+#include "crucible/core/error.h"
+#include "crucible/core/rng.h"
+#include "crucible/core/thread_pool.h"
+#include "crucible/data/loader.h"
+#include "crucible/data/sampler.h"
+#include "crucible/io/tensor_file.h"
+#include "crucible/train/data_setup.h"
+#include "crucible/train/job_config.h"
+
+namespace crucible {
+extern const char* const kDefaultConfigToml;  // configs/fashion_mnist.toml, as the program has it
+}
+
+namespace py = pybind11;
+
+namespace crucible::python {
+namespace {
+
+// ---- DLPack ------------------------------------------------------------------------------------
+
+// A DLManagedTensor with the shape, strides and owner its fields point into.
+struct Managed {
+  DLManagedTensor tensor{};
+  std::vector<int64_t> shape, strides;
+  std::shared_ptr<const void> owner;
+};
+
+void delete_managed(DLManagedTensor* t) { delete static_cast<Managed*>(t->manager_ctx); }
+
+DLDataType dl_dtype(io::DType t, const std::string& what) {
+  using io::DType;
+  const auto bits = static_cast<uint8_t>(8 * io::dtype_size(t));
+  switch (t) {
+    case DType::kBool:  // DLPack 0.6 has no bool: as uint8 (the Python side restores bool)
+    case DType::kU8:
+    case DType::kU16:
+    case DType::kU32:
+    case DType::kU64:
+      return {kDLUInt, bits, 1};
+    case DType::kI8:
+    case DType::kI16:
+    case DType::kI32:
+    case DType::kI64:
+      return {kDLInt, bits, 1};
+    case DType::kF16:
+    case DType::kF32:
+    case DType::kF64:
+      return {kDLFloat, bits, 1};
+    case DType::kBF16:
+      return {kDLBfloat, bits, 1};
+    case DType::kC64:
+    case DType::kC128:
+      return {kDLComplex, bits, 1};
+    default:
+      throw bad_input("{}: {} has no DLPack type (torch cannot take it without a copy)", what, io::dtype_name(t));
+  }
+}
+
+void capsule_destructor(PyObject* capsule) {
+  // Still named "dltensor": no consumer took it, so its deleter is still ours to call.
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    if (t != nullptr && t->deleter != nullptr) t->deleter(t);
+  }
+}
+
+// A capsule viewing `data` ([shape] of `dtype`, `strides` in elements) while `owner` lives.
+py::capsule to_capsule(const void* data, io::DType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
+                       std::shared_ptr<const void> owner, const std::string& what) {
+  auto m = std::make_unique<Managed>();
+  m->shape = std::move(shape);
+  m->strides = std::move(strides);
+  m->owner = std::move(owner);
+  DLTensor& t = m->tensor.dl_tensor;
+  t.data = const_cast<void*>(data);  // torch may write into it: the buffer is the caller's now
+  t.device = {kDLCPU, 0};
+  t.ndim = static_cast<int32_t>(m->shape.size());
+  t.dtype = dl_dtype(dtype, what);
+  t.shape = m->shape.data();
+  t.strides = m->strides.data();
+  t.byte_offset = 0;
+  m->tensor.manager_ctx = m.get();
+  m->tensor.deleter = &delete_managed;
+  PyObject* cap = PyCapsule_New(&m->tensor, "dltensor", &capsule_destructor);
+  if (cap == nullptr) throw py::error_already_set();
+  m.release();
+  return py::reinterpret_steal<py::capsule>(cap);
+}
+
+py::capsule array_capsule(const io::Array& a, const std::string& what) {
+  return to_capsule(a.data, a.dtype, a.shape, a.strides, a.owner, what);
+}
+
+// ---- the loader --------------------------------------------------------------------------------
+
+struct LoaderArgs {
+  std::string source;
+  int64_t batch_size = 0, crop = 224, seed = 0, rank = 0, world_size = 1;
+  int threads = 0;  // 0: measured (D10)
+  bool train = true, drop_last = false, nchw = true;
+  std::vector<std::string> overrides;  // "data.cache=decoded", … (the job config's keys)
+};
+
+class ImageLoader {
+ public:
+  explicit ImageLoader(const LoaderArgs& a) : args_(a) {
+    ConfigSchema schema;
+    train::bind_job_config(job_, schema);
+    schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
+    schema.apply_override(fmt::format("run.seed={}", a.seed));
+    schema.apply_override(fmt::format("data.crop={}", a.crop));
+    for (const auto& o : a.overrides) schema.apply_override(o);
+    if (a.batch_size < 1) throw bad_input("ImageLoader: batch_size must be ≥ 1 (found {})", a.batch_size);
+    const auto seed = static_cast<uint64_t>(job_.run.seed);
+    pipeline_ = train::make_pipeline_for_path(a.source, job_, derive_seed(seed, RngStream::kAugment), a.train);
+    int threads = a.threads;
+    if (threads == 0) threads = data::choose_loader_threads(*pipeline_, available_cores(), &threads_report_);
+    threads_ = threads;
+    data::Sampler::Shard shard{a.world_size, a.rank, false};
+    sampler_ = std::make_unique<data::Sampler>(pipeline_->size(), a.train, derive_seed(seed, RngStream::kSampler),
+                                               shard);
+    data::LoaderOptions o = train::loader_options(job_, a.batch_size, threads);
+    o.drop_last = a.drop_last;
+    o.channels_first = a.nchw;
+    loader_ = std::make_unique<data::Loader>(pipeline_, *sampler_, o);
+  }
+
+  int64_t batches_per_epoch() const { return loader_->batches_per_epoch(); }
+  int64_t dataset_size() const { return pipeline_->size(); }
+  int64_t samples_per_epoch() const { return sampler_->num_samples(); }
+  int threads() const { return threads_; }
+  std::string describe() const { return pipeline_->describe(); }
+  std::string threads_report() const { return threads_report_; }
+
+  void start(int64_t epoch, int64_t first_batch) {
+    if (epoch < 0 || first_batch < 0 || first_batch > batches_per_epoch()) {
+      throw bad_input("ImageLoader: cannot start epoch {} at batch {} ({} batches an epoch)", epoch, first_batch,
+                      batches_per_epoch());
+    }
+    py::gil_scoped_release release;
+    loader_->start_epoch(epoch, first_batch);
+  }
+
+  // (pixels, labels, batch index) as capsules, or None after the epoch's last batch.
+  py::object next() {
+    std::optional<data::Batch> b;
+    {
+      py::gil_scoped_release release;  // workers decode; this thread only waits
+      b = loader_->next();
+    }
+    if (!b) return py::none();
+    auto batch = std::make_shared<data::Batch>(std::move(*b));
+    const data::ImageSpec& s = batch->spec;
+    const int64_t n = batch->size();
+    std::vector<int64_t> shape = batch->channels_first ? std::vector<int64_t>{n, s.channels, s.height, s.width}
+                                                       : std::vector<int64_t>{n, s.height, s.width, s.channels};
+    const io::DType dtype = s.type == data::SampleType::kFeatures ? io::DType::kF32 : io::DType::kU8;
+    py::capsule pixels =
+        to_capsule(batch->pixels.data(), dtype, shape, io::Array::c_strides(shape), batch, "batch pixels");
+    py::capsule labels = to_capsule(batch->labels.data(), io::DType::kI64, {n}, {1}, batch, "batch labels");
+    py::list skipped;
+    for (const auto& name : batch->skipped) skipped.append(name);
+    return py::make_tuple(pixels, labels, batch->index, skipped);
+  }
+
+ private:
+  LoaderArgs args_;
+  train::JobConfig job_;
+  std::shared_ptr<const data::SamplePipeline> pipeline_;
+  std::unique_ptr<data::Sampler> sampler_;
+  std::unique_ptr<data::Loader> loader_;
+  int threads_ = 1;
+  std::string threads_report_;
+};
+
+// ---- files -------------------------------------------------------------------------------------
+
+// {name: capsule} of every array in an npy, npz, safetensors or .pt file (the .pt reader is the
+// restricted unpickler: anything but tensors and containers is refused, naming it), plus the
+// dtype names (bool travels as uint8).
+py::tuple load(const std::string& path) {
+  io::TensorSet set;
+  {
+    py::gil_scoped_release release;
+    set = io::read_tensors(path);
+  }
+  py::dict arrays, dtypes;
+  for (const auto& a : set.arrays) {
+    arrays[py::str(a.name)] = array_capsule(a.array, path + ": " + a.name);
+    dtypes[py::str(a.name)] = io::dtype_name(a.array.dtype);
+  }
+  return py::make_tuple(arrays, dtypes, io::format_name(set.format));
+}
+
+}  // namespace
+}  // namespace crucible::python
+
+PYBIND11_MODULE(_native, m) {
+  using namespace crucible;
+  using namespace crucible::python;
+  m.doc() = "crucible's native loader and io layer (use the crucible package, not this module)";
+
+  // bad input (a corrupt file, a bad setting) → ValueError; the environment failing → RuntimeError.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kBadInput) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+      } else {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+      }
+    }
+  });
+
+  py::class_<LoaderArgs>(m, "LoaderArgs")
+      .def(py::init<>())
+      .def_readwrite("source", &LoaderArgs::source)
+      .def_readwrite("batch_size", &LoaderArgs::batch_size)
+      .def_readwrite("crop", &LoaderArgs::crop)
+      .def_readwrite("seed", &LoaderArgs::seed)
+      .def_readwrite("rank", &LoaderArgs::rank)
+      .def_readwrite("world_size", &LoaderArgs::world_size)
+      .def_readwrite("threads", &LoaderArgs::threads)
+      .def_readwrite("train", &LoaderArgs::train)
+      .def_readwrite("drop_last", &LoaderArgs::drop_last)
+      .def_readwrite("nchw", &LoaderArgs::nchw)
+      .def_readwrite("overrides", &LoaderArgs::overrides);
+
+  py::class_<ImageLoader>(m, "ImageLoader")
+      .def(py::init<const LoaderArgs&>())
+      .def("batches_per_epoch", &ImageLoader::batches_per_epoch)
+      .def("dataset_size", &ImageLoader::dataset_size)
+      .def("samples_per_epoch", &ImageLoader::samples_per_epoch)
+      .def("threads", &ImageLoader::threads)
+      .def("describe", &ImageLoader::describe)
+      .def("threads_report", &ImageLoader::threads_report)
+      .def("start", &ImageLoader::start)
+      .def("next", &ImageLoader::next);
+
+  m.def("load", &load, "arrays of an npy/npz/safetensors/.pt file as DLPack capsules");
+  m.attr("version") = CRUCIBLE_VERSION;
+}

@@ -1,0 +1,264 @@
+"""The Python module `crucible` (issue 14): its batches against `crucible bench loader --digest`
+and against itself (1 vs 4 threads, a state_dict round trip in mid-epoch, ranks' shards), tensors
+that outlive their loader, a corrupt file, `load` against torch.load and numpy.load, and Ctrl-C.
+
+Run by `make test-python` (PYTHONPATH=build-python/python, CRUCIBLE=build/crucible) with
+Debian's /usr/bin/python3. The images are generated here: flat-coloured PNGs whose grey level
+is the sample's index, so a batch says which samples it holds (a crop or flip of a flat image is
+the same flat image).
+"""
+import gc
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+import numpy as np
+import torch
+from PIL import Image
+
+import crucible
+
+CRUCIBLE = os.environ.get("CRUCIBLE", os.path.join(os.path.dirname(__file__), "..", "..", "build", "crucible"))
+CLASSES, PER_CLASS = 3, 20  # 60 samples: the folder order is class by class, file names sorted
+
+
+def make_folder(root, per_class=PER_CLASS, size=(36, 44)):
+    for c in range(CLASSES):
+        os.makedirs(os.path.join(root, f"class{c}"), exist_ok=True)
+        for i in range(per_class):
+            index = c * per_class + i
+            Image.new("RGB", size, (4 * index, 4 * index, 4 * index)).save(
+                os.path.join(root, f"class{c}", f"{i:03d}.png"))
+    return root
+
+
+def digest(batches):
+    h = hashlib.sha256()
+    for x, y in batches:
+        h.update(x.contiguous().numpy().tobytes())
+        h.update(y.numpy().tobytes())
+    return h.hexdigest()
+
+
+def indices(x):
+    """The samples of an NCHW batch (grey level / 4)."""
+    return (x[:, 0, 0, 0].to(torch.int64) // 4).tolist()
+
+
+class ModuleTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.data = make_folder(os.path.join(cls.tmp.name, "photos"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def loader(self, **kw):
+        args = dict(batch_size=8, crop=32, threads=2, seed=3)
+        args.update(kw)
+        return crucible.ImageLoader(self.data, **args)
+
+    def test_batches_equal_the_programs_digest(self):
+        for train in (True, False):
+            cmd = [CRUCIBLE, "bench", "loader", "--data", self.data, "--crop", "32", "--batch-size", "8",
+                   "--threads", "2", "--warmup", "0", "--digest", "--json", "--set", "run.seed=3"]
+            if not train:
+                cmd.append("--eval")
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            import json
+            expected = json.loads(r.stdout.strip().splitlines()[-1])["digest"]
+            got = digest(self.loader(train=train, layout="NHWC"))
+            self.assertEqual(got, expected, f"train={train}")
+
+    def test_one_and_four_threads_give_the_same_batches(self):
+        self.assertEqual(digest(self.loader(threads=1)), digest(self.loader(threads=4)))
+
+    def test_nchw_is_nhwc_permuted_and_labels_are_the_folders(self):
+        a = list(self.loader(layout="NCHW"))
+        b = list(self.loader(layout="NHWC"))
+        self.assertEqual(len(a), 8)  # 60 samples in batches of 8, the last partial
+        for (xa, ya), (xb, yb) in zip(a, b):
+            self.assertEqual(xa.dtype, torch.uint8)
+            self.assertEqual(tuple(xa.shape[1:]), (3, 32, 32))
+            self.assertTrue(torch.equal(xa, xb.permute(0, 3, 1, 2)))
+            self.assertTrue(torch.equal(ya, yb))
+            self.assertEqual(ya.dtype, torch.int64)
+            self.assertEqual(ya.tolist(), [i // PER_CLASS for i in indices(xa)])
+
+    def test_float_images_are_scaled_and_normalised(self):
+        raw = next(iter(self.loader()))[0]
+        x = next(iter(self.loader(dtype=torch.float32, mean=[0.5, 0.4, 0.3], std=[0.2, 0.25, 0.5])))[0]
+        mean = torch.tensor([0.5, 0.4, 0.3]).reshape(1, 3, 1, 1)
+        std = torch.tensor([0.2, 0.25, 0.5]).reshape(1, 3, 1, 1)
+        self.assertTrue(torch.allclose(x, (raw.float() / 255 - mean) / std, atol=1e-6))
+
+    def test_epochs_differ_and_set_epoch_repeats_one(self):
+        l = self.loader()
+        e0, e1 = digest(l), digest(l)  # the epoch advances after a full pass
+        self.assertNotEqual(e0, e1)
+        l.set_epoch(0)
+        self.assertEqual(digest(l), e0)
+        self.assertEqual(digest(l.batches(epoch=1)), e1)
+
+    def test_state_dict_resumes_in_mid_epoch_with_the_same_batches(self):
+        whole = list(self.loader().batches(epoch=2))
+        l = self.loader()
+        l.set_epoch(2)
+        it = iter(l)
+        for _ in range(3):
+            next(it)
+        state = l.state_dict()
+        self.assertEqual((state["epoch"], state["batch"]), (2, 3))
+        del it, l
+        resumed = self.loader()
+        resumed.load_state_dict(state)
+        self.assertEqual(digest(resumed), digest(whole[3:]))
+        with self.assertRaisesRegex(ValueError, "batch_size"):
+            self.loader(batch_size=4).load_state_dict(state)
+
+    def test_ranks_shards_cover_the_data_set_X1(self):
+        for world in (2, 4):
+            seen = []
+            for rank in range(world):
+                l = self.loader(rank=rank, world_size=world)
+                got = [i for x, _ in l for i in indices(x)]
+                self.assertEqual(len(got), -(-CLASSES * PER_CLASS // world))  # DistributedSampler pads
+                seen += got
+            self.assertEqual(set(seen), set(range(CLASSES * PER_CLASS)), f"world {world}")
+        # Unshuffled, rank r holds r, r + world, … as DistributedSampler(shuffle=False) gives it.
+        ev = [i for x, _ in self.loader(train=False, rank=1, world_size=4) for i in indices(x)]
+        self.assertEqual(ev, list(torch.utils.data.DistributedSampler(range(60), 4, 1, shuffle=False)))
+
+    def test_tensors_outlive_the_loader(self):
+        l = self.loader()
+        kept = list(l)
+        copies = [(x.clone(), y.clone()) for x, y in kept]
+        del l
+        gc.collect()
+        junk = [torch.full((8, 3, 32, 32), 7, dtype=torch.uint8) for _ in range(50)]  # reuse freed memory
+        for (x, y), (cx, cy) in zip(kept, copies):
+            self.assertTrue(torch.equal(x, cx))
+            self.assertTrue(torch.equal(y, cy))
+        del junk
+
+    def test_close_stops_the_threads(self):
+        def threads():
+            return len(os.listdir("/proc/self/task"))
+        before = threads()
+        with self.loader(threads=4) as l:
+            batch = next(iter(l))
+            self.assertGreater(threads(), before)
+        self.assertEqual(threads(), before)
+        self.assertEqual(tuple(batch[0].shape), (8, 3, 32, 32))  # the batch stays valid
+        with self.assertRaisesRegex(ValueError, "closed"):
+            next(iter(l))
+
+    def test_a_corrupt_file_raises_naming_it_D5(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = make_folder(os.path.join(d, "p"), per_class=4)
+            bad = os.path.join(root, "class1", "002.png")
+            with open(bad, "wb") as f:
+                f.write(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
+            with self.assertRaises(ValueError) as cm:
+                for _ in crucible.ImageLoader(root, batch_size=4, crop=16, threads=2):
+                    pass
+            self.assertIn("002.png", str(cm.exception))
+            # Under "skip" the others arrive, and the bad one is named.
+            l = crucible.ImageLoader(root, batch_size=4, crop=16, threads=2, bad_samples="skip")
+            self.assertEqual(sum(len(y) for _, y in l), 11)
+            self.assertTrue(any("002.png" in s for s in l.skipped), l.skipped)
+
+    def test_bad_settings_raise_value_error(self):
+        with self.assertRaisesRegex(ValueError, "data.cache"):
+            self.loader(cache="sometimes")
+        with self.assertRaisesRegex(ValueError, "layout"):
+            self.loader(layout="CHW")
+        with self.assertRaises(ValueError):
+            crucible.ImageLoader(os.path.join(self.tmp.name, "missing"), batch_size=4)
+
+    def test_load_equals_torch_load_and_numpy_load(self):
+        with tempfile.TemporaryDirectory() as d:
+            sd = {"conv.weight": torch.randn(4, 3, 3, 3), "bn.num_batches_tracked": torch.tensor(7),
+                  "mask": torch.tensor([True, False, True]), "half": torch.randn(5).half()}
+            sd["view"] = sd["conv.weight"][1]  # a view into a shared storage
+            plain, prefixed, nested = (os.path.join(d, n) for n in ("plain.pt", "module.pt", "nested.pt"))
+            torch.save(sd, plain)
+            torch.save({"module." + k: v for k, v in sd.items()}, prefixed)
+            torch.save({"model": sd, "step": 3, "optimizer": {"lr": 0.1}}, nested)
+            for path, names in ((plain, list(sd)), (prefixed, list(sd)), (nested, ["model." + k for k in sd])):
+                got = crucible.load(path)
+                self.assertEqual(sorted(got), sorted(names), path)
+                for k, v in sd.items():
+                    g = got[names[list(sd).index(k)]]
+                    self.assertEqual(g.dtype, v.dtype, k)
+                    self.assertTrue(torch.equal(g, v), k)
+            arr = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+            np.save(os.path.join(d, "c.npy"), arr)
+            np.save(os.path.join(d, "f.npy"), np.asfortranarray(arr))
+            np.savez(os.path.join(d, "z.npz"), a=arr, b=np.arange(5, dtype=np.int16))
+            np.testing.assert_array_equal(crucible.load(os.path.join(d, "c.npy"))["c"].numpy(), arr)
+            np.testing.assert_array_equal(crucible.load(os.path.join(d, "f.npy"))["f"].numpy(), arr)
+            z = crucible.load(os.path.join(d, "z.npz"))
+            for k, v in np.load(os.path.join(d, "z.npz")).items():
+                np.testing.assert_array_equal(z[k].numpy(), v)
+
+    def test_a_pickle_that_runs_code_is_refused_by_name(self):
+        class Evil:
+            def __reduce__(self):
+                return (os.system, ("echo pwned",))
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "evil.pt")
+            torch.save({"w": torch.ones(2), "x": Evil()}, path)
+            with self.assertRaisesRegex(ValueError, "system"):
+                crucible.load(path)
+
+    def test_ctrl_c_stops_cleanly(self):
+        # A child iterates epochs forever; SIGINT must end it promptly with KeyboardInterrupt, and
+        # the loader's threads must be gone once it is dropped.
+        script = textwrap.dedent(f"""
+            import gc, os, sys, crucible
+            def threads():
+                return len(os.listdir("/proc/self/task"))
+            before = threads()
+            l = crucible.ImageLoader({self.data!r}, batch_size=4, crop=32, threads=4)
+            interrupted = False
+            try:
+                print("iterating", flush=True)
+                while True:
+                    for _ in l:
+                        pass
+            except KeyboardInterrupt:
+                interrupted = True
+            during = threads()
+            del l  # the last reference (the traceback held the pass's generator until here)
+            gc.collect()
+            print("interrupted" if interrupted else "not interrupted", "threads", before, during, threads(),
+                  flush=True)
+            sys.exit(0 if interrupted and threads() == before else 5)
+        """)
+        env = dict(os.environ)
+        p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+        self.assertEqual(p.stdout.readline().strip(), "iterating")
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            self.fail("the loader hung after SIGINT")
+        self.assertEqual(p.returncode, 0, out + err)
+        self.assertIn("interrupted", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
