@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "crucible/core/config.h"
@@ -210,6 +211,35 @@ py::tuple load(const std::string& path) {
   return py::make_tuple(arrays, dtypes, io::format_name(set.format));
 }
 
+// Writes [(name, dtype name, shape, C-order bytes)] to `path` as the extension says
+// (.safetensors, .npy: exactly one array, .npz), atomically: after an error nothing is there.
+void save(const std::string& path, const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>,
+                                                                 py::buffer>>& items) {
+  io::TensorSet set;
+  std::vector<py::buffer_info> keep;  // the bytes stay the caller's: viewed, not copied
+  keep.reserve(items.size());
+  for (const auto& [name, dtype_name, shape, buffer] : items) {
+    io::DType dtype;
+    if (!io::dtype_from_name(dtype_name, &dtype)) throw bad_input("save {}: {}: unknown dtype {}", path, name, dtype_name);
+    keep.push_back(buffer.request());
+    const py::buffer_info& b = keep.back();
+    io::Array a;
+    a.dtype = dtype;
+    a.shape = shape;
+    a.strides = io::Array::c_strides(shape);
+    const uint64_t need = io::checked_nbytes(shape.data(), shape.size(), dtype, path + ": " + name);
+    if (static_cast<uint64_t>(b.size * b.itemsize) != need) {
+      throw bad_input("save {}: {}: {} bytes for {} {}, expected {}", path, name, b.size * b.itemsize, dtype_name,
+                      a.shape_string(), need);
+    }
+    a.data = static_cast<const uint8_t*>(b.ptr);
+    set.arrays.push_back({name, std::move(a)});
+  }
+  const io::Format format = io::format_for_extension(path);
+  py::gil_scoped_release release;
+  io::write_tensors(path, format, set);
+}
+
 }  // namespace
 }  // namespace crucible::python
 
@@ -257,5 +287,6 @@ PYBIND11_MODULE(_native, m) {
       .def("next", &ImageLoader::next);
 
   m.def("load", &load, "arrays of an npy/npz/safetensors/.pt file as DLPack capsules");
+  m.def("save", &save, "write (name, dtype, shape, bytes) arrays as safetensors, npy or npz");
   m.attr("version") = CRUCIBLE_VERSION;
 }

@@ -19,7 +19,7 @@ from torch.utils import dlpack as _dlpack
 from . import _native
 
 __version__ = _native.version
-__all__ = ["ImageLoader", "load"]
+__all__ = ["ImageLoader", "load", "save"]
 
 
 def _tensor(capsule):
@@ -179,3 +179,25 @@ def load(path):
             t = t.view(torch.bool)
         out[name] = t
     return out
+
+
+_DTYPE_NAMES = {torch.bool: "bool", torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16",
+                torch.int32: "int32", torch.int64: "int64", torch.float16: "float16", torch.bfloat16: "bfloat16",
+                torch.float32: "float32", torch.float64: "float64", torch.complex64: "complex64",
+                torch.complex128: "complex128"}
+
+
+def save(path, tensors):
+    """Writes {name: tensor} to `path`: .safetensors, .npz, or .npy (exactly one tensor), by the
+    extension; atomically (after an error nothing is left at `path`). Tensors on a device are
+    copied to the host first; views are written as their own elements."""
+    items = []
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"crucible.save {path}: {name!r} is a {type(t).__name__}, not a tensor")
+        if t.dtype not in _DTYPE_NAMES:
+            raise ValueError(f"crucible.save {path}: {name!r} has dtype {t.dtype}, which these formats cannot hold")
+        flat = t.detach().to("cpu").contiguous().reshape(-1)
+        raw = flat.view(torch.uint8) if flat.numel() and flat.dtype != torch.uint8 else flat.to(torch.uint8)
+        items.append((name, _DTYPE_NAMES[t.dtype], list(t.shape), raw.numpy()))
+    _native.save(str(path), items)

@@ -211,6 +211,30 @@ class ModuleTest(unittest.TestCase):
             for k, v in np.load(os.path.join(d, "z.npz")).items():
                 np.testing.assert_array_equal(z[k].numpy(), v)
 
+    def test_save_then_load_gives_the_tensors_back_and_numpy_reads_them(self):
+        with tempfile.TemporaryDirectory() as d:
+            ts = {"f32": torch.randn(3, 4), "bf16": torch.randn(5).bfloat16(), "i64": torch.arange(6).reshape(2, 3),
+                  "b": torch.tensor([True, False]), "u8": torch.arange(4, dtype=torch.uint8),
+                  "t": torch.randn(4, 3).t(), "scalar": torch.tensor(2.5, dtype=torch.float64)}
+            st = os.path.join(d, "x.safetensors")
+            crucible.save(st, ts)
+            back = crucible.load(st)
+            self.assertEqual(sorted(back), sorted(ts))
+            for k, v in ts.items():
+                self.assertEqual(back[k].dtype, v.dtype, k)
+                self.assertTrue(torch.equal(back[k], v), k)
+            z = os.path.join(d, "x.npz")
+            crucible.save(z, {k: v for k, v in ts.items() if k != "bf16"})
+            with np.load(z) as npz:
+                for k, v in npz.items():
+                    np.testing.assert_array_equal(v, ts[k].numpy())
+            one = os.path.join(d, "one.npy")
+            crucible.save(one, {"w": ts["t"]})
+            np.testing.assert_array_equal(np.load(one), ts["t"].numpy())
+            with self.assertRaises(ValueError):
+                crucible.save(os.path.join(d, "two.npy"), {"a": ts["f32"], "b": ts["i64"]})
+            self.assertFalse(os.path.exists(os.path.join(d, "two.npy")))
+
     def test_a_pickle_that_runs_code_is_refused_by_name(self):
         class Evil:
             def __reduce__(self):
