@@ -20,7 +20,9 @@
 #include "crucible/core/error.h"
 #include "crucible/core/rng.h"
 #include "crucible/core/thread_pool.h"
+#include "crucible/data/array_source.h"
 #include "crucible/data/loader.h"
+#include "crucible/data/pipeline.h"
 #include "crucible/data/sampler.h"
 #include "crucible/io/tensor_file.h"
 #include "crucible/train/data_setup.h"
@@ -110,38 +112,41 @@ py::capsule array_capsule(const io::Array& a, const std::string& what) {
   return to_capsule(a.data, a.dtype, a.shape, a.strides, a.owner, what);
 }
 
-// ---- the loader --------------------------------------------------------------------------------
+// ---- the loaders ------------------------------------------------------------------------------
 
+// What every loader takes (the Python classes fill it from their keyword arguments).
 struct LoaderArgs {
-  std::string source;
+  std::string source;                 // ImageLoader: the image source
+  std::string features, labels;       // ArrayLoader: array files (ArrayRef syntax: "x.npz:name")
   int64_t batch_size = 0, crop = 224, seed = 0, rank = 0, world_size = 1;
   int threads = 0;  // 0: measured (D10)
   bool train = true, drop_last = false, nchw = true;
+  double hflip = 0.0;                  // ArrayLoader: flip probability of uint8 images
   std::vector<std::string> overrides;  // "data.cache=decoded", … (the job config's keys)
 };
 
-class ImageLoader {
+// A pipeline, this rank's sampler and the loader over them; batches out as capsules.
+class NativeLoader {
  public:
-  explicit ImageLoader(const LoaderArgs& a) : args_(a) {
-    ConfigSchema schema;
-    train::bind_job_config(job_, schema);
-    schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
-    schema.apply_override(fmt::format("run.seed={}", a.seed));
-    schema.apply_override(fmt::format("data.crop={}", a.crop));
-    for (const auto& o : a.overrides) schema.apply_override(o);
-    if (a.batch_size < 1) throw bad_input("ImageLoader: batch_size must be ≥ 1 (found {})", a.batch_size);
-    const auto seed = static_cast<uint64_t>(job_.run.seed);
-    pipeline_ = train::make_pipeline_for_path(a.source, job_, derive_seed(seed, RngStream::kAugment), a.train);
-    int threads = a.threads;
-    if (threads == 0) threads = data::choose_loader_threads(*pipeline_, available_cores(), &threads_report_);
-    threads_ = threads;
-    data::Sampler::Shard shard{a.world_size, a.rank, false};
-    sampler_ = std::make_unique<data::Sampler>(pipeline_->size(), a.train, derive_seed(seed, RngStream::kSampler),
-                                               shard);
-    data::LoaderOptions o = train::loader_options(job_, a.batch_size, threads);
-    o.drop_last = a.drop_last;
-    o.channels_first = a.nchw;
-    loader_ = std::make_unique<data::Loader>(pipeline_, *sampler_, o);
+  // ImageLoader: the pipeline `crucible bench loader` builds for the same settings.
+  static std::unique_ptr<NativeLoader> images(const LoaderArgs& a) {
+    auto l = std::unique_ptr<NativeLoader>(new NativeLoader(a));
+    l->pipeline_ = train::make_pipeline_for_path(a.source, l->job_, l->augment_seed(), a.train);
+    l->start_loader();
+    return l;
+  }
+
+  // ArrayLoader: features and labels memory-mapped (D13), a random flip of uint8 images.
+  static std::unique_ptr<NativeLoader> arrays(const LoaderArgs& a) {
+    auto l = std::unique_ptr<NativeLoader>(new NativeLoader(a));
+    if (a.hflip < 0 || a.hflip > 1) throw bad_input("ArrayLoader: hflip must be in 0–1 (found {})", a.hflip);
+    std::shared_ptr<const data::Source> source = data::load_array_source(a.features, a.labels);
+    if (source->spec().type == data::SampleType::kFeatures && a.hflip > 0) {
+      throw bad_input("ArrayLoader: hflip flips uint8 images; {} holds float features", a.features);
+    }
+    l->pipeline_ = std::make_shared<data::ArrayPipeline>(source, static_cast<float>(a.hflip), l->augment_seed());
+    l->start_loader();
+    return l;
   }
 
   int64_t batches_per_epoch() const { return loader_->batches_per_epoch(); }
@@ -153,14 +158,15 @@ class ImageLoader {
 
   void start(int64_t epoch, int64_t first_batch) {
     if (epoch < 0 || first_batch < 0 || first_batch > batches_per_epoch()) {
-      throw bad_input("ImageLoader: cannot start epoch {} at batch {} ({} batches an epoch)", epoch, first_batch,
+      throw bad_input("loader: cannot start epoch {} at batch {} ({} batches an epoch)", epoch, first_batch,
                       batches_per_epoch());
     }
     py::gil_scoped_release release;
     loader_->start_epoch(epoch, first_batch);
   }
 
-  // (pixels, labels, batch index) as capsules, or None after the epoch's last batch.
+  // (images, labels, batch index, skipped names) — images and labels as capsules — or None
+  // after the epoch's last batch. Multi-label data gives its [n, classes] float targets as labels.
   py::object next() {
     std::optional<data::Batch> b;
     {
@@ -171,18 +177,49 @@ class ImageLoader {
     auto batch = std::make_shared<data::Batch>(std::move(*b));
     const data::ImageSpec& s = batch->spec;
     const int64_t n = batch->size();
-    std::vector<int64_t> shape = batch->channels_first ? std::vector<int64_t>{n, s.channels, s.height, s.width}
-                                                       : std::vector<int64_t>{n, s.height, s.width, s.channels};
-    const io::DType dtype = s.type == data::SampleType::kFeatures ? io::DType::kF32 : io::DType::kU8;
-    py::capsule pixels =
-        to_capsule(batch->pixels.data(), dtype, shape, io::Array::c_strides(shape), batch, "batch pixels");
-    py::capsule labels = to_capsule(batch->labels.data(), io::DType::kI64, {n}, {1}, batch, "batch labels");
+    const bool features = s.type == data::SampleType::kFeatures;  // always [n, c, h, w] float
+    std::vector<int64_t> shape = batch->channels_first || features
+                                     ? std::vector<int64_t>{n, s.channels, s.height, s.width}
+                                     : std::vector<int64_t>{n, s.height, s.width, s.channels};
+    const io::DType dtype = features ? io::DType::kF32 : io::DType::kU8;
+    py::capsule images =
+        to_capsule(batch->pixels.data(), dtype, shape, io::Array::c_strides(shape), batch, "batch images");
+    py::capsule labels =
+        batch->target_width > 0
+            ? to_capsule(batch->targets.data(), io::DType::kF32, {n, batch->target_width}, {batch->target_width, 1},
+                         batch, "batch targets")
+            : to_capsule(batch->labels.data(), io::DType::kI64, {n}, {1}, batch, "batch labels");
     py::list skipped;
     for (const auto& name : batch->skipped) skipped.append(name);
-    return py::make_tuple(pixels, labels, batch->index, skipped);
+    return py::make_tuple(images, labels, batch->index, skipped);
   }
 
  private:
+  explicit NativeLoader(const LoaderArgs& a) : args_(a) {
+    if (a.batch_size < 1) throw bad_input("loader: batch_size must be ≥ 1 (found {})", a.batch_size);
+    ConfigSchema schema;
+    train::bind_job_config(job_, schema);
+    schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
+    schema.apply_override(fmt::format("run.seed={}", a.seed));
+    schema.apply_override(fmt::format("data.crop={}", a.crop));
+    for (const auto& o : a.overrides) schema.apply_override(o);
+  }
+
+  uint64_t augment_seed() const { return derive_seed(static_cast<uint64_t>(job_.run.seed), RngStream::kAugment); }
+
+  void start_loader() {
+    int threads = args_.threads;
+    if (threads == 0) threads = data::choose_loader_threads(*pipeline_, available_cores(), &threads_report_);
+    threads_ = threads;
+    data::Sampler::Shard shard{args_.world_size, args_.rank, false};
+    sampler_ = std::make_unique<data::Sampler>(
+        pipeline_->size(), args_.train, derive_seed(static_cast<uint64_t>(job_.run.seed), RngStream::kSampler), shard);
+    data::LoaderOptions o = train::loader_options(job_, args_.batch_size, threads);
+    o.drop_last = args_.drop_last;
+    o.channels_first = args_.nchw;
+    loader_ = std::make_unique<data::Loader>(pipeline_, *sampler_, o);
+  }
+
   LoaderArgs args_;
   train::JobConfig job_;
   std::shared_ptr<const data::SamplePipeline> pipeline_;
@@ -264,6 +301,8 @@ PYBIND11_MODULE(_native, m) {
   py::class_<LoaderArgs>(m, "LoaderArgs")
       .def(py::init<>())
       .def_readwrite("source", &LoaderArgs::source)
+      .def_readwrite("features", &LoaderArgs::features)
+      .def_readwrite("labels", &LoaderArgs::labels)
       .def_readwrite("batch_size", &LoaderArgs::batch_size)
       .def_readwrite("crop", &LoaderArgs::crop)
       .def_readwrite("seed", &LoaderArgs::seed)
@@ -273,18 +312,20 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("train", &LoaderArgs::train)
       .def_readwrite("drop_last", &LoaderArgs::drop_last)
       .def_readwrite("nchw", &LoaderArgs::nchw)
+      .def_readwrite("hflip", &LoaderArgs::hflip)
       .def_readwrite("overrides", &LoaderArgs::overrides);
 
-  py::class_<ImageLoader>(m, "ImageLoader")
-      .def(py::init<const LoaderArgs&>())
-      .def("batches_per_epoch", &ImageLoader::batches_per_epoch)
-      .def("dataset_size", &ImageLoader::dataset_size)
-      .def("samples_per_epoch", &ImageLoader::samples_per_epoch)
-      .def("threads", &ImageLoader::threads)
-      .def("describe", &ImageLoader::describe)
-      .def("threads_report", &ImageLoader::threads_report)
-      .def("start", &ImageLoader::start)
-      .def("next", &ImageLoader::next);
+  py::class_<NativeLoader>(m, "Loader")
+      .def_static("images", &NativeLoader::images)
+      .def_static("arrays", &NativeLoader::arrays)
+      .def("batches_per_epoch", &NativeLoader::batches_per_epoch)
+      .def("dataset_size", &NativeLoader::dataset_size)
+      .def("samples_per_epoch", &NativeLoader::samples_per_epoch)
+      .def("threads", &NativeLoader::threads)
+      .def("describe", &NativeLoader::describe)
+      .def("threads_report", &NativeLoader::threads_report)
+      .def("start", &NativeLoader::start)
+      .def("next", &NativeLoader::next);
 
   m.def("load", &load, "arrays of an npy/npz/safetensors/.pt file as DLPack capsules");
   m.def("save", &save, "write (name, dtype, shape, bytes) arrays as safetensors, npy or npz");

@@ -19,7 +19,7 @@ from torch.utils import dlpack as _dlpack
 from . import _native
 
 __version__ = _native.version
-__all__ = ["ImageLoader", "load", "save"]
+__all__ = ["ImageLoader", "ArrayLoader", "load", "save"]
 
 
 def _tensor(capsule):
@@ -34,7 +34,122 @@ def _distributed():
     return 0, 1
 
 
-class ImageLoader:
+class _Loader:
+    """What ImageLoader and ArrayLoader share: iteration, epochs, state, layout and conversion."""
+
+    def _setup(self, make, a, *, epoch, dtype, mean, std):
+        self._native = make(a)
+        self.batch_size = a.batch_size
+        self.rank, self.world_size, self.seed = a.rank, a.world_size, a.seed
+        self.layout = "NCHW" if a.nchw else "NHWC"
+        self.epoch = int(epoch)
+        self._resume = 0          # the batch the next pass starts at (load_state_dict)
+        self._position = None     # (epoch, batches done) while a pass is under way
+        self.skipped = []         # "name: reason" of samples left out (bad_samples="skip")
+        self._dtype = dtype
+        self._mean = self._std = None
+        if mean is not None:
+            shape = (1, -1, 1, 1) if a.nchw else (1, 1, 1, -1)
+            self._mean = torch.tensor(mean, dtype=dtype).reshape(shape)
+            self._std = torch.tensor(std, dtype=dtype).reshape(shape)
+
+    @staticmethod
+    def _args(batch_size, seed, rank, world_size, threads, layout, drop_last, dtype, mean, std, what):
+        if layout not in ("NCHW", "NHWC"):
+            raise ValueError(f"{what}: layout must be 'NCHW' or 'NHWC' (found {layout!r})")
+        if (mean is None) != (std is None):
+            raise ValueError(f"{what}: give mean and std together")
+        if mean is not None and dtype is None:
+            raise ValueError(f"{what}: mean/std normalise float images: give dtype=torch.float32 too")
+        if rank is None or world_size is None:
+            r, w = _distributed()
+            rank = r if rank is None else rank
+            world_size = w if world_size is None else world_size
+        a = _native.LoaderArgs()
+        a.batch_size = int(batch_size)
+        a.seed = int(seed)
+        a.rank = int(rank)
+        a.world_size = int(world_size)
+        a.threads = 0 if threads is None else int(threads)
+        a.drop_last = bool(drop_last)
+        a.nchw = layout == "NCHW"
+        return a
+
+    def __len__(self):
+        return self._native.batches_per_epoch()
+
+    @property
+    def threads(self):
+        return self._native.threads()
+
+    def close(self):
+        """Stops the loader's threads now (dropping the last reference does the same)."""
+        self._native = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def set_epoch(self, epoch):
+        self.epoch = int(epoch)
+        self._resume = 0
+
+    def __iter__(self):
+        return self.batches()
+
+    def batches(self, epoch=None):
+        """The batches of `epoch` (default: the current one, from a resumed position if any)."""
+        if self._native is None:
+            raise ValueError(f"{type(self).__name__}: closed")
+        e = self.epoch if epoch is None else int(epoch)
+        start = self._resume if e == self.epoch else 0
+        self._resume = 0
+        self._native.start(e, start)
+        self._position = (e, start)
+        while True:
+            got = self._native.next()
+            if got is None:
+                break
+            images, labels, index, skipped = got
+            self._position = (e, index + 1)
+            self.skipped.extend(skipped)
+            yield self._images(_tensor(images)), _tensor(labels)
+        self._position = None
+        self.epoch = e + 1
+
+    def _images(self, x):
+        if self._dtype is None or x.dtype != torch.uint8:
+            return x
+        x = x.to(self._dtype).div_(255)
+        if self._mean is not None:
+            x.sub_(self._mean).div_(self._std)
+        return x
+
+    def state_dict(self):
+        epoch, batch = self._position if self._position is not None else (self.epoch, self._resume)
+        return {"epoch": epoch, "batch": batch, "batch_size": self.batch_size, "seed": self.seed,
+                "rank": self.rank, "world_size": self.world_size,
+                "dataset_size": self._native.dataset_size()}
+
+    def load_state_dict(self, state):
+        name = type(self).__name__
+        for key in ("batch_size", "seed", "world_size", "dataset_size"):
+            mine = self.state_dict()[key]
+            if key in state and state[key] != mine:
+                raise ValueError(f"{name}.load_state_dict: the state is of a loader with {key} "
+                                 f"{state[key]}, this one has {mine}: the remaining batches would differ")
+        batches = len(self)
+        if not 0 <= int(state["batch"]) <= batches:
+            raise ValueError(f"{name}.load_state_dict: batch {state['batch']} is outside the epoch's "
+                             f"{batches} batches")
+        self.epoch = int(state["epoch"])
+        self._resume = int(state["batch"])
+        self._position = None
+
+
+class ImageLoader(_Loader):
     """Batches of (images, labels) from an image folder, tar shards, an LMDB folder, packed shards
     (`crucible pack`) or a folder of IDX files.
 
@@ -57,115 +172,36 @@ class ImageLoader:
     def __init__(self, source, *, batch_size, crop=224, train=True, seed=0, rank=None, world_size=None,
                  threads=None, cache="none", bad_samples="fail", layout="NCHW", drop_last=False, epoch=0,
                  dtype=None, mean=None, std=None, settings=None):
-        if layout not in ("NCHW", "NHWC"):
-            raise ValueError(f"ImageLoader: layout must be 'NCHW' or 'NHWC' (found {layout!r})")
-        if (mean is None) != (std is None):
-            raise ValueError("ImageLoader: give mean and std together")
-        if mean is not None and dtype is None:
-            raise ValueError("ImageLoader: mean/std normalise float images: give dtype=torch.float32 too")
-        if rank is None or world_size is None:
-            r, w = _distributed()
-            rank = r if rank is None else rank
-            world_size = w if world_size is None else world_size
-        a = _native.LoaderArgs()
+        a = self._args(batch_size, seed, rank, world_size, threads, layout, drop_last, dtype, mean, std,
+                       "ImageLoader")
         a.source = str(source)
-        a.batch_size = int(batch_size)
         a.crop = int(crop)
-        a.seed = int(seed)
-        a.rank = int(rank)
-        a.world_size = int(world_size)
-        a.threads = 0 if threads is None else int(threads)
         a.train = bool(train)
-        a.drop_last = bool(drop_last)
-        a.nchw = layout == "NCHW"
         a.overrides = [f"data.cache={cache}", f"data.bad_samples={bad_samples}"] + [
             f"{k}={v}" for k, v in (settings or {}).items()]
-        self._native = _native.ImageLoader(a)
-        self.batch_size = a.batch_size
-        self.rank, self.world_size, self.seed = a.rank, a.world_size, a.seed
-        self.layout = layout
-        self.epoch = int(epoch)
-        self._resume = 0          # the batch the next pass starts at (load_state_dict)
-        self._position = None     # (epoch, batches done) while a pass is under way
-        self.skipped = []         # "name: reason" of samples left out (bad_samples="skip")
-        self._dtype = dtype
-        self._mean = self._std = None
-        if mean is not None:
-            shape = (1, -1, 1, 1) if a.nchw else (1, 1, 1, -1)
-            self._mean = torch.tensor(mean, dtype=dtype).reshape(shape)
-            self._std = torch.tensor(std, dtype=dtype).reshape(shape)
+        self._setup(_native.Loader.images, a, epoch=epoch, dtype=dtype, mean=mean, std=std)
 
-    def __len__(self):
-        return self._native.batches_per_epoch()
 
-    def close(self):
-        """Stops the loader's threads now (dropping the last reference does the same)."""
-        self._native = None
+class ArrayLoader(_Loader):
+    """Batches of (features, labels) from array files, memory-mapped (D13): `features` an .npy,
+    .npz member ("data.npz:x") or safetensors entry of uint8 images [N, H, W(, C)] or float
+    features [N, C, H, W] (or [N, D]); `labels` integer class indices [N] or 0–1 targets
+    [N, classes] (multi-label: the labels come as float targets). shuffle=True reshuffles each
+    epoch; hflip flips uint8 images with that probability. Images come as ImageLoader's (uint8,
+    NCHW or NHWC, dtype/mean/std to convert); float features as stored. rank, world_size,
+    threads, drop_last, epochs and state as ImageLoader.
+    """
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    @property
-    def threads(self):
-        return self._native.threads()
-
-    def set_epoch(self, epoch):
-        self.epoch = int(epoch)
-        self._resume = 0
-
-    def __iter__(self):
-        return self.batches()
-
-    def batches(self, epoch=None):
-        """The batches of `epoch` (default: the current one, from a resumed position if any)."""
-        if self._native is None:
-            raise ValueError("ImageLoader: closed")
-        e = self.epoch if epoch is None else int(epoch)
-        start = self._resume if e == self.epoch else 0
-        self._resume = 0
-        self._native.start(e, start)
-        self._position = (e, start)
-        while True:
-            got = self._native.next()
-            if got is None:
-                break
-            pixels, labels, index, skipped = got
-            self._position = (e, index + 1)
-            self.skipped.extend(skipped)
-            yield self._images(_tensor(pixels)), _tensor(labels)
-        self._position = None
-        self.epoch = e + 1
-
-    def _images(self, x):
-        if self._dtype is None:
-            return x
-        x = x.to(self._dtype).div_(255)
-        if self._mean is not None:
-            x.sub_(self._mean).div_(self._std)
-        return x
-
-    def state_dict(self):
-        epoch, batch = self._position if self._position is not None else (self.epoch, self._resume)
-        return {"epoch": epoch, "batch": batch, "batch_size": self.batch_size, "seed": self.seed,
-                "rank": self.rank, "world_size": self.world_size,
-                "dataset_size": self._native.dataset_size()}
-
-    def load_state_dict(self, state):
-        for key in ("batch_size", "seed", "world_size", "dataset_size"):
-            mine = self.state_dict()[key]
-            if key in state and state[key] != mine:
-                raise ValueError(f"ImageLoader.load_state_dict: the state is of a loader with {key} "
-                                 f"{state[key]}, this one has {mine}: the remaining batches would differ")
-        batches = len(self)
-        if not 0 <= int(state["batch"]) <= batches:
-            raise ValueError(f"ImageLoader.load_state_dict: batch {state['batch']} is outside the epoch's "
-                             f"{batches} batches")
-        self.epoch = int(state["epoch"])
-        self._resume = int(state["batch"])
-        self._position = None
+    def __init__(self, features, labels, *, batch_size, shuffle=True, seed=0, rank=None, world_size=None,
+                 threads=None, hflip=0.0, layout="NCHW", drop_last=False, epoch=0, dtype=None, mean=None,
+                 std=None):
+        a = self._args(batch_size, seed, rank, world_size, threads, layout, drop_last, dtype, mean, std,
+                       "ArrayLoader")
+        a.features = str(features)
+        a.labels = str(labels)
+        a.train = bool(shuffle)
+        a.hflip = float(hflip)
+        self._setup(_native.Loader.arrays, a, epoch=epoch, dtype=dtype, mean=mean, std=std)
 
 
 def load(path):

@@ -138,6 +138,37 @@ class ModuleTest(unittest.TestCase):
         ev = [i for x, _ in self.loader(train=False, rank=1, world_size=4) for i in indices(x)]
         self.assertEqual(ev, list(torch.utils.data.DistributedSampler(range(60), 4, 1, shuffle=False)))
 
+    def test_array_loader_reads_mapped_arrays_in_order_and_shuffled(self):
+        with tempfile.TemporaryDirectory() as d:
+            n = 50
+            images = np.random.default_rng(0).integers(0, 256, size=(n, 6, 5), dtype=np.uint8)
+            labels = np.arange(n, dtype=np.int64) % 7
+            np.save(os.path.join(d, "x.npy"), images)
+            np.savez(os.path.join(d, "y.npz"), labels=labels)
+            l = crucible.ArrayLoader(os.path.join(d, "x.npy"), os.path.join(d, "y.npz:labels"), batch_size=16,
+                                     shuffle=False, threads=2)
+            self.assertEqual(len(l), 4)
+            got = list(l)
+            x = torch.cat([b[0] for b in got])
+            self.assertEqual(tuple(x.shape), (n, 1, 6, 5))
+            self.assertTrue(torch.equal(x[:, 0], torch.from_numpy(images)))
+            self.assertTrue(torch.equal(torch.cat([b[1] for b in got]), torch.from_numpy(labels)))
+            # Float features [N, C, H, W] whose value is the sample's index: a shuffled epoch holds
+            # each sample once, in the same order for 1 and 3 threads, another order next epoch.
+            feats = np.broadcast_to(np.arange(n, dtype=np.float32)[:, None, None, None], (n, 2, 3, 3)).copy()
+            crucible.save(os.path.join(d, "f.safetensors"), {"f": torch.from_numpy(feats)})
+            def order(threads, epoch):
+                fl = crucible.ArrayLoader(os.path.join(d, "f.safetensors:f"), os.path.join(d, "y.npz:labels"),
+                                          batch_size=8, threads=threads, seed=5)
+                return [int(v) for xb, _ in fl.batches(epoch=epoch) for v in xb[:, 0, 0, 0]]
+            e0 = order(1, 0)
+            self.assertEqual(sorted(e0), list(range(n)))
+            self.assertNotEqual(e0, list(range(n)))
+            self.assertEqual(order(3, 0), e0)
+            self.assertNotEqual(order(1, 1), e0)
+            with self.assertRaisesRegex(ValueError, "y.npz"):
+                crucible.ArrayLoader(os.path.join(d, "x.npy"), os.path.join(d, "y.npz:nothing"), batch_size=4)
+
     def test_tensors_outlive_the_loader(self):
         l = self.loader()
         kept = list(l)
