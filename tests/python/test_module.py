@@ -171,8 +171,10 @@ class ModuleTest(unittest.TestCase):
 
     def test_tensors_outlive_the_loader(self):
         l = self.loader()
-        kept = list(l)
-        copies = [(x.clone(), y.clone()) for x, y in kept]
+        kept, copies = [], []
+        for x, y in l:  # copied on arrival: later batches and the junk below must not change them
+            kept.append((x, y))
+            copies.append((x.clone(), y.clone()))
         del l
         gc.collect()
         junk = [torch.full((8, 3, 32, 32), 7, dtype=torch.uint8) for _ in range(50)]  # reuse freed memory
