@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -182,6 +183,10 @@ std::vector<NamedArray> read_npz(const std::string& path, std::vector<std::strin
   return parse_npz(file->data(), file->size(), path, skipped, memory_budget);
 }
 
+namespace {
+constexpr time_t kMemberTime = 946684800;  // 2000-01-01T00:00:00Z
+}  // namespace
+
 void write_npz(const std::string& path, const std::vector<NamedArray>& arrays, bool compress) {
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   std::remove(tmp.c_str());
@@ -200,6 +205,9 @@ void write_npz(const std::string& path, const std::vector<NamedArray>& arrays, b
       throw bad_input("{}: cannot add member {}.npy: {}", path, a.name, zip_strerror(zip.get()));
     }
     zip_set_file_compression(zip.get(), static_cast<zip_uint64_t>(idx), compress ? ZIP_CM_DEFLATE : ZIP_CM_STORE, 0);
+    // A fixed member time (2000-01-01, representable as a DOS date in any time zone), not the
+    // clock's: the same arrays give the same bytes, and so the same checksum, on every write.
+    zip_file_set_mtime(zip.get(), static_cast<zip_uint64_t>(idx), kMemberTime, 0);
   }
   if (zip_close(zip.get()) != 0) {
     std::string why = zip_strerror(zip.get());
