@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Started : at::ObserverContext {
   Clock::time_point at;
-  int layer = -1;  // index into Impl::layers; -1 = a backward node
+  int layer = -1;  // index into Impl::layers; -2: a backward node no layer created
 };
 
 // The layer whose forward is running on this thread (-1: none).
