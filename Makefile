@@ -10,8 +10,6 @@ TSAN_DIR ?= build-tsan
 # The second supported libtorch: current torch from PyPI in a project-local venv (DESIGN.md).
 TORCH2_DIR ?= build-torch2
 TORCH2_VENV ?= .venv-torch2
-# The Python module (issue 14, work in progress: not yet part of make test).
-PYTHON_DIR ?= build-python
 
 .PHONY: all setup setup-torch2 configure build demo test test-sanitize test-tsan test-torch2 bench bench-torch2 \
 	python test-python clean
@@ -21,8 +19,10 @@ all: build
 setup:
 	@scripts/setup
 
+# The Python module `crucible` (python/) builds with the rest, for the Python whose torch it serves.
 $(BUILD_DIR)/build.ninja: CMakeLists.txt | setup
-	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+	  -DCRUCIBLE_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
 
 configure: setup $(BUILD_DIR)/build.ninja
 
@@ -68,26 +68,22 @@ setup-torch2:
 
 $(TORCH2_DIR)/build.ninja: CMakeLists.txt | setup-torch2
 	@cmake -S . -B $(TORCH2_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-	  -DCRUCIBLE_TORCH_PYTHON=$(CURDIR)/$(TORCH2_VENV)/bin/python >/dev/null
+	  -DCRUCIBLE_TORCH_PYTHON=$(CURDIR)/$(TORCH2_VENV)/bin/python \
+	  -DCRUCIBLE_PYTHON=ON -DPython3_EXECUTABLE=$(CURDIR)/$(TORCH2_VENV)/bin/python >/dev/null
 
 test-torch2: setup-torch2 $(TORCH2_DIR)/build.ninja
 	@cmake --build $(TORCH2_DIR) -j $(JOBS)
 	@cd $(TORCH2_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200 -LE slow
 
-# The Python module `crucible` (python/): torch-free, built in its own folder with position-
-# independent code; import it with PYTHONPATH=$(PYTHON_DIR)/python /usr/bin/python3.
-$(PYTHON_DIR)/build.ninja: CMakeLists.txt python/CMakeLists.txt | setup
-	@scripts/setup python
-	@cmake -S . -B $(PYTHON_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCRUCIBLE_WITH_TORCH=OFF \
-	  -DCRUCIBLE_BUILD_TESTS=OFF -DCRUCIBLE_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
+# The Python module `crucible` (python/): torch-free, built into $(BUILD_DIR)/python/crucible;
+# import it with PYTHONPATH=$(BUILD_DIR)/python /usr/bin/python3. Its tests run in make test
+# (and in make test-torch2 with that venv's Python and torch).
+python: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target crucible_native
+	@echo "python: PYTHONPATH=$(CURDIR)/$(BUILD_DIR)/python /usr/bin/python3 -c 'import crucible'"
 
-python: $(PYTHON_DIR)/build.ninja
-	@cmake --build $(PYTHON_DIR) -j $(JOBS) --target crucible_native
-	@echo "python: PYTHONPATH=$(CURDIR)/$(PYTHON_DIR)/python /usr/bin/python3 -c 'import crucible'"
-
-test-python: python build
-	@PYTHONPATH=$(CURDIR)/$(PYTHON_DIR)/python CRUCIBLE=$(CURDIR)/$(CRUCIBLE) \
-	  /usr/bin/python3 -m unittest discover -s tests/python -t tests/python -v
+test-python: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -R '^Python\.'
 
 bench: build
 	@bench/fmnist_vs_pytorch

@@ -10,8 +10,12 @@
 #include <dlpack/dlpack.h>
 #include <fmt/format.h>
 
+#include <map>
+#include <utility>
+
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -112,6 +116,76 @@ py::capsule array_capsule(const io::Array& a, const std::string& what) {
   return to_capsule(a.data, a.dtype, a.shape, a.strides, a.owner, what);
 }
 
+// ---- batch memory from torch (D9) --------------------------------------------------------------
+
+// Batch buffers the Python side hands in: torch tensors it allocated (pinned host memory when
+// CUDA is there, D9), so a batch is assembled straight into memory torch owns. Torch then knows
+// the memory is pinned, copies from it with non_blocking=True, and its caching host allocator
+// keeps a buffer from being reused while such a copy is in flight, which memory of our own
+// could not promise. A worker takes a given buffer; when none is free (the Python side tops
+// the queue up before each batch, so only in a race) it falls back to the heap rather than wait.
+class GivenBuffers : public std::enable_shared_from_this<GivenBuffers> {
+ public:
+  void give(uintptr_t address, size_t capacity, int64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back({reinterpret_cast<uint8_t*>(address), capacity, id});
+  }
+  size_t free_count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return free_.size();
+  }
+  // Ids of given buffers whose batch was dropped before anyone saw it (an epoch restarted):
+  // the Python side lets their tensors go. (A batch handed out reports its id too; by then the
+  // Python side no longer holds that id, so it is ignored.)
+  std::vector<int64_t> released() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(released_, {});
+  }
+  // The id of the given buffer at `data`, or -1 (a heap buffer).
+  int64_t id_of(const uint8_t* data) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = taken_.find(data);
+    return it == taken_.end() ? -1 : it->second;
+  }
+
+  data::PixelBuffer take(size_t bytes) {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i].capacity < bytes) continue;
+      const Given g = free_[i];
+      free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+      taken_[g.data] = g.id;
+      std::weak_ptr<GivenBuffers> self = shared_from_this();
+      // The memory stays torch's: when the batch goes, only the id is reported back.
+      std::shared_ptr<void> owner(nullptr, [self, g](void*) {
+        if (auto alive = self.lock()) alive->release(g);
+      });
+      data::PixelBuffer b(g.data, g.capacity, std::move(owner));
+      b.resize(bytes);
+      return b;
+    }
+    lock.unlock();
+    return data::PixelBuffer::heap(bytes);
+  }
+
+ private:
+  struct Given {
+    uint8_t* data;
+    size_t capacity;
+    int64_t id;
+  };
+  void release(const Given& g) {
+    std::lock_guard<std::mutex> lock(mu_);
+    taken_.erase(g.data);
+    released_.push_back(g.id);
+  }
+
+  std::mutex mu_;
+  std::vector<Given> free_;
+  std::map<const uint8_t*, int64_t> taken_;
+  std::vector<int64_t> released_;
+};
+
 // ---- the loaders ------------------------------------------------------------------------------
 
 // What every loader takes (the Python classes fill it from their keyword arguments).
@@ -122,6 +196,7 @@ struct LoaderArgs {
   int threads = 0;  // 0: measured (D10)
   bool train = true, drop_last = false, nchw = true;
   double hflip = 0.0;                  // ArrayLoader: flip probability of uint8 images
+  bool given_buffers = false;          // batches go into buffers the Python side gives (D9)
   std::vector<std::string> overrides;  // "data.cache=decoded", … (the job config's keys)
 };
 
@@ -155,6 +230,17 @@ class NativeLoader {
   int threads() const { return threads_; }
   std::string describe() const { return pipeline_->describe(); }
   std::string threads_report() const { return threads_report_; }
+  int prefetch() const { return prefetch_; }
+  // Bytes of a full batch's images (the size of a buffer to give).
+  int64_t batch_bytes() const { return args_.batch_size * pipeline_->output_spec().bytes(); }
+
+  // A buffer of `capacity` bytes at `address` for a batch; `id` names it in next() and released().
+  void give(uintptr_t address, int64_t capacity, int64_t id) {
+    if (!given_) throw std::logic_error("Loader.give: this loader was made without given_buffers");
+    given_->give(address, static_cast<size_t>(capacity), id);
+  }
+  size_t free_buffers() const { return given_ ? given_->free_count() : 0; }
+  std::vector<int64_t> released() const { return given_ ? given_->released() : std::vector<int64_t>{}; }
 
   void start(int64_t epoch, int64_t first_batch) {
     if (epoch < 0 || first_batch < 0 || first_batch > batches_per_epoch()) {
@@ -191,7 +277,8 @@ class NativeLoader {
             : to_capsule(batch->labels.data(), io::DType::kI64, {n}, {1}, batch, "batch labels");
     py::list skipped;
     for (const auto& name : batch->skipped) skipped.append(name);
-    return py::make_tuple(images, labels, batch->index, skipped);
+    const int64_t buffer = given_ ? given_->id_of(batch->pixels.data()) : -1;
+    return py::make_tuple(images, labels, batch->index, skipped, buffer);
   }
 
  private:
@@ -217,6 +304,11 @@ class NativeLoader {
     data::LoaderOptions o = train::loader_options(job_, args_.batch_size, threads);
     o.drop_last = args_.drop_last;
     o.channels_first = args_.nchw;
+    prefetch_ = o.prefetch;
+    if (args_.given_buffers) {
+      given_ = std::make_shared<GivenBuffers>();
+      o.allocate = [given = given_](size_t bytes) { return given->take(bytes); };
+    }
     loader_ = std::make_unique<data::Loader>(pipeline_, *sampler_, o);
   }
 
@@ -225,7 +317,8 @@ class NativeLoader {
   std::shared_ptr<const data::SamplePipeline> pipeline_;
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<data::Loader> loader_;
-  int threads_ = 1;
+  std::shared_ptr<GivenBuffers> given_;
+  int threads_ = 1, prefetch_ = 1;
   std::string threads_report_;
 };
 
@@ -313,6 +406,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("drop_last", &LoaderArgs::drop_last)
       .def_readwrite("nchw", &LoaderArgs::nchw)
       .def_readwrite("hflip", &LoaderArgs::hflip)
+      .def_readwrite("given_buffers", &LoaderArgs::given_buffers)
       .def_readwrite("overrides", &LoaderArgs::overrides);
 
   py::class_<NativeLoader>(m, "Loader")
@@ -324,6 +418,11 @@ PYBIND11_MODULE(_native, m) {
       .def("threads", &NativeLoader::threads)
       .def("describe", &NativeLoader::describe)
       .def("threads_report", &NativeLoader::threads_report)
+      .def("prefetch", &NativeLoader::prefetch)
+      .def("batch_bytes", &NativeLoader::batch_bytes)
+      .def("give", &NativeLoader::give)
+      .def("free_buffers", &NativeLoader::free_buffers)
+      .def("released", &NativeLoader::released)
       .def("start", &NativeLoader::start)
       .def("next", &NativeLoader::next);
 

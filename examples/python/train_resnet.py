@@ -3,7 +3,7 @@
 torch.utils.data.DataLoader. The loop is the user's own; only the loader changes (--loader torch
 runs the same loop on ImageFolder + DistributedSampler + DataLoader, for comparison).
 
-    PYTHONPATH=build-python/python /usr/bin/python3 examples/python/train_resnet.py photos/train \\
+    PYTHONPATH=build/python /usr/bin/python3 examples/python/train_resnet.py photos/train \\
         --epochs 1 --crop 128 --batch-size 64
     # data parallel: one process per device (Gloo on CPU, NCCL on GPUs), torchrun's variables
     build/crucible launch --nproc 2 -- /usr/bin/python3 examples/python/train_resnet.py photos/train

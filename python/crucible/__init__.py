@@ -37,7 +37,24 @@ def _distributed():
 class _Loader:
     """What ImageLoader and ArrayLoader share: iteration, epochs, state, layout and conversion."""
 
-    def _setup(self, make, a, *, epoch, dtype, mean, std):
+    # Tests: batches go into torch-allocated buffers even without CUDA (the pinned path's
+    # mechanism, unpinned), so the CPU machines check it.
+    _given_buffers_on_cpu = False
+
+    def _setup(self, make, a, *, epoch, dtype, mean, std, pin_memory):
+        if pin_memory is None:
+            pin_memory = torch.cuda.is_available()
+        elif pin_memory and not torch.cuda.is_available():
+            raise ValueError(f"{type(self).__name__}: pin_memory=True needs CUDA, and "
+                             "torch.cuda.is_available() is False here (leave pin_memory=None: pinned when CUDA is there)")
+        self.pin_memory = bool(pin_memory)
+        # D9: with CUDA, batches are assembled straight into pinned memory torch allocated (no
+        # copy on arrival; torch's caching host allocator keeps a buffer from reuse while a
+        # non_blocking copy from it is in flight).
+        a.given_buffers = self.pin_memory or self._given_buffers_on_cpu
+        self._buffers = {}        # id → torch buffer given to the native loader, not yet back
+        self._given_ptrs = set()  # addresses of every buffer given (tests)
+        self._next_id = 0
         self._native = make(a)
         self.batch_size = a.batch_size
         self.rank, self.world_size, self.seed = a.rank, a.world_size, a.seed
@@ -84,7 +101,8 @@ class _Loader:
 
     def close(self):
         """Stops the loader's threads now (dropping the last reference does the same)."""
-        self._native = None
+        self._native = None      # first: its workers stop writing into the buffers
+        self._buffers = {}
 
     def __enter__(self):
         return self
@@ -106,18 +124,44 @@ class _Loader:
         e = self.epoch if epoch is None else int(epoch)
         start = self._resume if e == self.epoch else 0
         self._resume = 0
+        self._top_up()
         self._native.start(e, start)
         self._position = (e, start)
         while True:
+            self._top_up()
             got = self._native.next()
             if got is None:
                 break
-            images, labels, index, skipped = got
+            images, labels, index, skipped, buffer = got
             self._position = (e, index + 1)
             self.skipped.extend(skipped)
-            yield self._images(_tensor(images)), _tensor(labels)
+            yield self._images(self._arrived(_tensor(images), buffer)), _tensor(labels)
         self._position = None
         self.epoch = e + 1
+
+    def _top_up(self):
+        """Gives the native loader enough batch buffers that no worker goes without one."""
+        n = self._native
+        if not self.pin_memory and not self._given_buffers_on_cpu:
+            return
+        for i in n.released():   # buffers of batches dropped unseen (an epoch restarted)
+            self._buffers.pop(i, None)
+        nbytes = n.batch_bytes()
+        for _ in range(n.prefetch() + 1 - n.free_buffers()):
+            t = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pin_memory)
+            self._next_id += 1
+            self._buffers[self._next_id] = t
+            self._given_ptrs.add(t.data_ptr())
+            n.give(t.data_ptr(), nbytes, self._next_id)
+
+    def _arrived(self, x, buffer):
+        """The batch as a tensor of the torch buffer it was built in (or as it came)."""
+        if buffer >= 0:
+            b = self._buffers.pop(buffer)
+            return b[:x.numel() * x.element_size()].view(x.dtype).view(x.shape)
+        if self.pin_memory:  # no buffer was free when the batch began (a race): copy it in
+            return x.pin_memory()
+        return x
 
     def _images(self, x):
         if self._dtype is None or x.dtype != torch.uint8:
@@ -163,7 +207,8 @@ class ImageLoader(_Loader):
     final partial batch. threads=None measures the best count (D10). cache: "none", "encoded" or
     "decoded" (data.cache). bad_samples: "fail" (a bad file raises ValueError naming it) or "skip"
     (left out of its batch and named in `skipped`). settings: any other crucible data.* keys,
-    e.g. {"data.prefetch": 8}.
+    e.g. {"data.prefetch": 8}. pin_memory: None pins when CUDA is available (D9: each batch is
+    built straight into pinned memory torch allocated, ready for .cuda(non_blocking=True)).
 
     The epoch is set_epoch()'s, or advances by itself after each full pass; state_dict() and
     load_state_dict() resume in mid-epoch with the same remaining batches.
@@ -171,7 +216,7 @@ class ImageLoader(_Loader):
 
     def __init__(self, source, *, batch_size, crop=224, train=True, seed=0, rank=None, world_size=None,
                  threads=None, cache="none", bad_samples="fail", layout="NCHW", drop_last=False, epoch=0,
-                 dtype=None, mean=None, std=None, settings=None):
+                 dtype=None, mean=None, std=None, settings=None, pin_memory=None):
         a = self._args(batch_size, seed, rank, world_size, threads, layout, drop_last, dtype, mean, std,
                        "ImageLoader")
         a.source = str(source)
@@ -179,7 +224,7 @@ class ImageLoader(_Loader):
         a.train = bool(train)
         a.overrides = [f"data.cache={cache}", f"data.bad_samples={bad_samples}"] + [
             f"{k}={v}" for k, v in (settings or {}).items()]
-        self._setup(_native.Loader.images, a, epoch=epoch, dtype=dtype, mean=mean, std=std)
+        self._setup(_native.Loader.images, a, epoch=epoch, dtype=dtype, mean=mean, std=std, pin_memory=pin_memory)
 
 
 class ArrayLoader(_Loader):
@@ -189,19 +234,19 @@ class ArrayLoader(_Loader):
     [N, classes] (multi-label: the labels come as float targets). shuffle=True reshuffles each
     epoch; hflip flips uint8 images with that probability. Images come as ImageLoader's (uint8,
     NCHW or NHWC, dtype/mean/std to convert); float features as stored. rank, world_size,
-    threads, drop_last, epochs and state as ImageLoader.
+    threads, drop_last, pin_memory, epochs and state as ImageLoader.
     """
 
     def __init__(self, features, labels, *, batch_size, shuffle=True, seed=0, rank=None, world_size=None,
                  threads=None, hflip=0.0, layout="NCHW", drop_last=False, epoch=0, dtype=None, mean=None,
-                 std=None):
+                 std=None, pin_memory=None):
         a = self._args(batch_size, seed, rank, world_size, threads, layout, drop_last, dtype, mean, std,
                        "ArrayLoader")
         a.features = str(features)
         a.labels = str(labels)
         a.train = bool(shuffle)
         a.hflip = float(hflip)
-        self._setup(_native.Loader.arrays, a, epoch=epoch, dtype=dtype, mean=mean, std=std)
+        self._setup(_native.Loader.arrays, a, epoch=epoch, dtype=dtype, mean=mean, std=std, pin_memory=pin_memory)
 
 
 def load(path):

@@ -23,9 +23,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr int64_t kStepsPerEpoch = 32;  // 4096 samples / batch 128
+constexpr int64_t kStepsPerEpoch = 32;  // 4096 samples / batch 128 (2 epochs: resumes happen in the second)
 
-std::vector<std::string> small_run(const test::TempDir& dir, const std::string& name, int epochs = 3) {
+std::vector<std::string> small_run(const test::TempDir& dir, const std::string& name, int epochs = 2) {
   return {test::crucible_binary(), "train",
           "--set", "run.dir=" + dir.path(),
           "--set", "run.name=" + name,

@@ -2,9 +2,9 @@
 and against itself (1 vs 4 threads, a state_dict round trip in mid-epoch, ranks' shards), tensors
 that outlive their loader, a corrupt file, `load` against torch.load and numpy.load, and Ctrl-C.
 
-Run by `make test-python` (PYTHONPATH=build-python/python, CRUCIBLE=build/crucible) with
-Debian's /usr/bin/python3. The images are generated here: flat-coloured PNGs whose grey level
-is the sample's index, so a batch says which samples it holds (a crop or flip of a flat image is
+Run by ctest as Python.ModuleTests in make test (PYTHONPATH=build/python, CRUCIBLE=build/crucible)
+with Debian's /usr/bin/python3, and in make test-torch2 with the venv's (torch 2.x). The images
+are generated here: flat-coloured PNGs whose grey level is the sample's index, so a batch says which samples it holds (a crop or flip of a flat image is
 the same flat image).
 """
 import gc
@@ -124,6 +124,41 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(digest(resumed), digest(whole[3:]))
         with self.assertRaisesRegex(ValueError, "batch_size"):
             self.loader(batch_size=4).load_state_dict(state)
+
+    def test_batches_built_in_torch_buffers_equal_the_plain_ones_D9(self):
+        # The pinned path (D9) without a GPU: batches are built straight into buffers torch
+        # allocated (pinned ones when CUDA is there) and handed out as those tensors, no copy.
+        plain = digest(self.loader(threads=3).batches(epoch=1))
+        crucible.ImageLoader._given_buffers_on_cpu = True
+        try:
+            l = self.loader(threads=3)
+            got = []
+            for x, y in l.batches(epoch=1):
+                self.assertIn(x.data_ptr(), l._given_ptrs)  # the batch is a given buffer's memory
+                got.append((x, y))
+            self.assertEqual(digest(got), plain)
+            # Epochs restarted part-way drop batches nobody saw: their buffers come back, so the
+            # loader holds no more than a prefetch's worth however often that happens.
+            for epoch in range(12):
+                it = l.batches(epoch=epoch)
+                next(it)
+                del it
+            next(iter(l.batches(epoch=0)))
+            self.assertLessEqual(len(l._buffers), 2 * (l._native.prefetch() + 1))
+        finally:
+            crucible.ImageLoader._given_buffers_on_cpu = False
+
+    def test_pin_memory_without_cuda_says_so_D9(self):
+        if torch.cuda.is_available():
+            l = self.loader()
+            self.assertTrue(l.pin_memory)
+            x, _ = next(iter(l))
+            self.assertTrue(x.is_pinned())
+            self.assertTrue(torch.equal(x.cuda(non_blocking=True).cpu(), x))
+            return
+        self.assertFalse(self.loader().pin_memory)  # None: pinned only when CUDA is there
+        with self.assertRaisesRegex(ValueError, "pin_memory=True needs CUDA"):
+            self.loader(pin_memory=True)
 
     def test_ranks_shards_cover_the_data_set_X1(self):
         for world in (2, 4):
