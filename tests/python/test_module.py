@@ -4,8 +4,8 @@ that outlive their loader, a corrupt file, `load` against torch.load and numpy.l
 
 Run by ctest as Python.ModuleTests in make test (PYTHONPATH=build/python, CRUCIBLE=build/crucible)
 with Debian's /usr/bin/python3, and in make test-torch2 with the venv's (torch 2.x). The images
-are generated here: flat-coloured PNGs whose grey level is the sample's index, so a batch says which samples it holds (a crop or flip of a flat image is
-the same flat image).
+are generated here: flat-coloured PNGs whose grey level is the sample's index, so a batch says
+which samples it holds (a crop or flip of a flat image is the same flat image).
 """
 import gc
 import hashlib
