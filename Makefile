@@ -10,6 +10,8 @@ TSAN_DIR ?= build-tsan
 # The second supported libtorch: current torch from PyPI in a project-local venv (DESIGN.md).
 TORCH2_DIR ?= build-torch2
 TORCH2_VENV ?= .venv-torch2
+# Test labels make test-torch2 leaves out (CI also leaves out `heavy`: .ci/run).
+TORCH2_EXCLUDE ?= slow
 
 .PHONY: all setup setup-torch2 configure build demo test test-sanitize test-tsan test-torch2 bench bench-torch2 \
 	python test-python clean
@@ -60,20 +62,21 @@ test-tsan: setup $(TSAN_DIR)/build.ninja
 	@cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) \
 	  -R "Loader|ThreadPool|ImagePipeline"
 
-# The whole test suite again, built against current torch from PyPI (scripts/setup --torch pypi:
+# The test suite again, built against current torch from PyPI (scripts/setup --torch pypi:
 # pinned torch + torchvision in $(TORCH2_VENV)); CUDA paths compiled when nvcc is found. GPU
-# tests skip without a GPU (scripts/device-check runs them on one).
+# tests skip without a GPU (scripts/device-check runs them on one). The torch-free base_tests
+# are make test's alone (they link no torch).
 setup-torch2:
 	@scripts/setup --torch pypi
 
 $(TORCH2_DIR)/build.ninja: CMakeLists.txt | setup-torch2
-	@cmake -S . -B $(TORCH2_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	@cmake -S . -B $(TORCH2_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCRUCIBLE_BASE_TESTS=OFF \
 	  -DCRUCIBLE_TORCH_PYTHON=$(CURDIR)/$(TORCH2_VENV)/bin/python \
 	  -DCRUCIBLE_PYTHON=ON -DPython3_EXECUTABLE=$(CURDIR)/$(TORCH2_VENV)/bin/python >/dev/null
 
 test-torch2: setup-torch2 $(TORCH2_DIR)/build.ninja
 	@cmake --build $(TORCH2_DIR) -j $(JOBS)
-	@cd $(TORCH2_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200 -LE slow
+	@cd $(TORCH2_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200 -LE '$(TORCH2_EXCLUDE)'
 
 # The Python module `crucible` (python/): torch-free, built into $(BUILD_DIR)/python/crucible;
 # import it with PYTHONPATH=$(BUILD_DIR)/python /usr/bin/python3. Its tests run in make test
