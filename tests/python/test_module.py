@@ -129,7 +129,7 @@ class ModuleTest(unittest.TestCase):
         # The pinned path (D9) without a GPU: batches are built straight into buffers torch
         # allocated (pinned ones when CUDA is there) and handed out as those tensors, no copy.
         plain = digest(self.loader(threads=3).batches(epoch=1))
-        crucible.ImageLoader._given_buffers_on_cpu = True
+        crucible._Loader._given_buffers_on_cpu = True
         try:
             l = self.loader(threads=3)
             got = []
@@ -145,8 +145,19 @@ class ModuleTest(unittest.TestCase):
                 del it
             next(iter(l.batches(epoch=0)))
             self.assertLessEqual(len(l._buffers), 2 * (l._native.prefetch() + 1))
+            # Float features (4 bytes an element) through the same buffers.
+            with tempfile.TemporaryDirectory() as d:
+                feats = torch.arange(30 * 2 * 3 * 3, dtype=torch.float32).reshape(30, 2, 3, 3)
+                crucible.save(os.path.join(d, "f.safetensors"), {"f": feats, "y": torch.arange(30) % 4})
+                a = crucible.ArrayLoader(os.path.join(d, "f.safetensors:f"), os.path.join(d, "f.safetensors:y"),
+                                         batch_size=8, shuffle=False, threads=2)
+                got = []
+                for x, _ in a:
+                    self.assertIn(x.data_ptr(), a._given_ptrs)
+                    got.append(x)
+                self.assertTrue(torch.equal(torch.cat(got), feats))
         finally:
-            crucible.ImageLoader._given_buffers_on_cpu = False
+            crucible._Loader._given_buffers_on_cpu = False
 
     def test_pin_memory_without_cuda_says_so_D9(self):
         if torch.cuda.is_available():
