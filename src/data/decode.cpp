@@ -296,6 +296,10 @@ struct JpegDecodeJob {
   bool adobe;
   bool fast;     // integer fast IDCT + merged chroma upsampling (DecodeOptions::fast)
   uint8_t* out;  // [height, width, 3], owned by the caller
+  // Instead of `out` (not for CMYK): rows decoded in place, libjpeg's cropped columns and all;
+  // `offset` and `row_stride` say where the rectangle is in them.
+  std::vector<uint8_t>* padded;
+  size_t offset, row_stride;
 };
 
 void cmyk_to_rgb(const JSAMPLE* in, int n, bool inverted, uint8_t* out) {
@@ -306,7 +310,7 @@ void cmyk_to_rgb(const JSAMPLE* in, int n, bool inverted, uint8_t* out) {
 }
 
 void jpeg_decode_body(JpegDecompress* s, void* arg) {
-  const auto* job = static_cast<const JpegDecodeJob*>(arg);
+  auto* job = static_cast<JpegDecodeJob*>(arg);
   j_decompress_ptr cinfo = &s->cinfo;
   jpeg_open(s, job->data, job->size);
   jpeg_read_header(cinfo, TRUE);
@@ -350,7 +354,21 @@ void jpeg_decode_body(JpegDecompress* s, void* arg) {
     skip -= std::min(n, skip);
   }
   const size_t offset = size_t(job->x - int64_t(crop_x)) * comps;
-  for (int r = 0; r < job->height;) {
+  if (job->padded != nullptr) {  // straight into the caller's rows: no copy
+    const size_t stride = size_t(crop_width) * size_t(comps);
+    job->padded->resize(stride * size_t(job->height));
+    job->offset = offset;
+    job->row_stride = stride;
+    JSAMPROW into[16];  // rec_outbuf_height ≤ max_v_samp_factor ≤ 4
+    for (int r = 0; r < job->height;) {
+      const int want = std::min({group, job->height - r, 16});
+      for (int k = 0; k < want; ++k) into[k] = job->padded->data() + size_t(r + k) * stride;
+      const JDIMENSION got = jpeg_read_scanlines(cinfo, into, JDIMENSION(want));
+      if (got == 0) jpeg_fail_with(reinterpret_cast<j_common_ptr>(cinfo), "no scanline");
+      r += int(got);
+    }
+  }
+  for (int r = job->padded != nullptr ? job->height : 0; r < job->height;) {
     const auto want = JDIMENSION(std::min(group, job->height - r));
     const JDIMENSION got = jpeg_read_scanlines(cinfo, rows, want);
     if (got == 0) jpeg_fail_with(reinterpret_cast<j_common_ptr>(cinfo), "no scanline");
@@ -453,7 +471,7 @@ DecodedImage decode_jpeg(const uint8_t* data, size_t size, const std::string& na
 
   result.width = int(dx.size());
   result.height = int(dy.size());
-  std::vector<uint8_t> stored(size_t(sx.size()) * size_t(sy.size()) * 3);
+  std::vector<uint8_t> stored;
   JpegDecodeJob job{};
   job.data = data;
   job.size = size;
@@ -467,9 +485,20 @@ DecodedImage decode_jpeg(const uint8_t* data, size_t size, const std::string& na
   job.height = int(sy.size());
   job.cmyk = h.color_space == JCS_CMYK || h.color_space == JCS_YCCK;
   job.adobe = h.adobe;
-  job.out = stored.data();
+  const bool in_place = options.padded_rows && o == 1 && !job.cmyk;
+  if (in_place) {
+    job.padded = &result.pixels;
+  } else {
+    stored.resize(size_t(sx.size()) * size_t(sy.size()) * 3);
+    job.out = stored.data();
+  }
   auto s = std::make_unique<JpegDecompress>();
   if (!run_guarded(s.get(), jpeg_decode_body, &job)) throw_jpeg(name, s->err);
+  if (in_place) {
+    result.offset = job.offset;
+    result.row_stride = job.row_stride;
+    return result;
+  }
 
   if (o == 1) {
     result.pixels = std::move(stored);

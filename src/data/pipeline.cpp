@@ -155,9 +155,10 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const
       d.min_width = rc.resized_width;
       d.min_height = rc.resized_height;
       d.fast = opt_.fast_decode;
+      d.padded_rows = true;
       DecodedImage img = decode_image(data, size, name, d);
-      resize_image(img.pixels.data(), img.width, img.height, img.width * 3, 3, resized.data(), rc.resized_width,
-                   rc.resized_height);
+      resize_image(img.data(), img.width, img.height, static_cast<int>(img.stride()), 3, resized.data(),
+                   rc.resized_width, rc.resized_height);
     }
     const size_t row = static_cast<size_t>(crop) * 3;
     for (int y = 0; y < crop; ++y) {
@@ -176,8 +177,9 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const
       d.min_width = crop;
       d.min_height = crop;
       d.fast = opt_.fast_decode;
+      d.padded_rows = true;  // resized straight from libjpeg's rows
       DecodedImage img = decode_image(data, size, name, d);
-      resize_image(img.pixels.data(), img.width, img.height, img.width * 3, 3, dst, crop, crop, flip);
+      resize_image(img.data(), img.width, img.height, static_cast<int>(img.stride()), 3, dst, crop, crop, flip);
     }
   }
   if (opt_.order == ColorOrder::kBGR) {

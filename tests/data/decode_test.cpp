@@ -236,6 +236,17 @@ TEST(DecodePng, MatchesPilForEveryColorType) {
   }
 }
 
+// The pixels of `img` as [height, width, 3], whether padded (DecodeOptions::padded_rows) or not.
+std::vector<uint8_t> rows_of(const DecodedImage& img) {
+  std::vector<uint8_t> out;
+  const size_t row = static_cast<size_t>(img.width) * 3;
+  for (int y = 0; y < img.height; ++y) {
+    const uint8_t* r = img.data() + static_cast<size_t>(y) * img.stride();
+    out.insert(out.end(), r, r + row);
+  }
+  return out;
+}
+
 TEST(DecodeJpeg, RegionEqualsCropOfFullDecode) {
   test::TempDir dir;
   python("d = '" + dir.path() +
@@ -264,6 +275,12 @@ TEST(DecodeJpeg, RegionEqualsCropOfFullDecode) {
       // Fancy upsampling would differ at a crop edge; the decoder crops with one iMCU of margin
       // on each side, which makes a region exactly the full decode's pixels.
       EXPECT_EQ(max_abs_diff(img.pixels, crop(full.pixels, 203, r)), 0);
+      // Decoded in place (libjpeg's cropped columns kept beside the region): the same pixels.
+      o.padded_rows = true;
+      const DecodedImage padded = decode_file(path, o);
+      EXPECT_EQ(padded.width, r.width);
+      EXPECT_GE(padded.stride(), static_cast<size_t>(r.width) * 3);
+      EXPECT_EQ(max_abs_diff(rows_of(padded), crop(full.pixels, 203, r)), 0);
     }
   }
 }
@@ -434,6 +451,10 @@ TEST(DecodeJpeg, ScaledRegionEqualsCropOfScaledWholeImageInEveryOrientation) {
         ASSERT_EQ(img.width, sw);
         ASSERT_EQ(img.height, sh);
         EXPECT_EQ(max_abs_diff(img.pixels, crop(whole[m].pixels, whole[m].width, Rect{x0, y0, sw, sh})), 0);
+        o.padded_rows = true;  // in place where it can be (orientation 1, not CMYK), else as above
+        const DecodedImage padded = decode_file(dir / n, o);
+        ASSERT_EQ(padded.width, sw);
+        EXPECT_EQ(max_abs_diff(rows_of(padded), crop(whole[m].pixels, whole[m].width, Rect{x0, y0, sw, sh})), 0);
       }
     }
   }

@@ -50,6 +50,10 @@ struct DecodeOptions {
   // JPEG: libjpeg-turbo's fast integer IDCT and merged (non-"fancy") chroma upsampling, as
   // FFCV decodes: ~10% faster, pixels within a few levels of the accurate decode.
   bool fast = false;
+  // JPEG: the pixels may keep the columns libjpeg decodes beside the region (its crop starts at
+  // an iMCU boundary), saving a copy of every row; read them through DecodedImage::data() and
+  // stride(). Other formats, and rotated or CMYK JPEGs, come contiguous all the same.
+  bool padded_rows = false;
 };
 
 // [height, width, 3] uint8 RGB pixels of `region` (exactly that region, in display
@@ -59,6 +63,12 @@ struct DecodedImage {
   int width = 0;
   int height = 0;
   Rect region;  // the region these pixels cover, in full-resolution display coordinates
+  // With DecodeOptions::padded_rows: the first pixel's byte offset in `pixels` and the bytes
+  // from one row to the next (0: contiguous [height, width, 3]).
+  size_t offset = 0, row_stride = 0;
+
+  const uint8_t* data() const { return pixels.data() + offset; }
+  size_t stride() const { return row_stride > 0 ? row_stride : static_cast<size_t>(width) * 3; }
 };
 
 // Decodes `data`. Throws crucible::Error (bad input) naming `name` and what is wrong for
