@@ -104,6 +104,11 @@ class _Loader:
         self._native = None      # first: its workers stop writing into the buffers
         self._buffers = {}
 
+    def __del__(self):
+        # The native loader first: its workers may be writing into the given buffers, which the
+        # instance's dict could otherwise free before it.
+        self._native = None
+
     def __enter__(self):
         return self
 
