@@ -7,7 +7,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#if __has_include(<dlpack/dlpack.h>) && !defined(CRUCIBLE_TORCH_DLPACK)
 #include <dlpack/dlpack.h>
+#else
+#include <ATen/dlpack.h>  // the copy a torch wheel carries (no libdlpack-dev: python/CMakeLists.txt)
+#endif
 #include <fmt/format.h>
 
 #include <map>
