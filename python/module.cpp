@@ -14,14 +14,13 @@
 #endif
 #include <fmt/format.h>
 
-#include <map>
-#include <utility>
-
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "crucible/core/config.h"

@@ -343,9 +343,20 @@ void jpeg_decode_body(JpegDecompress* s, void* arg) {
   const int comps = cinfo->output_components;
   // Rows are read a row group at a time (rec_outbuf_height: 2 with merged h2v2 upsampling):
   // asked for one, libjpeg decodes the pair into a spare row and copies it out (8% of a decode).
-  const int group = std::max(1, cinfo->rec_outbuf_height);
-  JSAMPARRAY rows = (*cinfo->mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(cinfo), JPOOL_IMAGE,
-                                                crop_width * JDIMENSION(comps), JDIMENSION(group));
+  const int group = std::min(16, std::max(1, cinfo->rec_outbuf_height));  // ≤ max_v_samp_factor ≤ 4
+  const size_t stride = size_t(crop_width) * size_t(comps);
+  const size_t offset = size_t(job->x - int64_t(crop_x)) * comps;
+  // In place (job->padded): straight into the caller's rows, no copy. Else into a scratch row
+  // group, copied (or converted from CMYK) into `out`.
+  JSAMPARRAY scratch = nullptr;
+  if (job->padded != nullptr) {
+    job->padded->resize(stride * size_t(job->height));
+    job->offset = offset;
+    job->row_stride = stride;
+  } else {
+    scratch = (*cinfo->mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(cinfo), JPOOL_IMAGE, JDIMENSION(stride),
+                                          JDIMENSION(group));
+  }
 
   auto skip = JDIMENSION(job->y);  // rows above are entropy-decoded but not upsampled
   while (skip > 0) {
@@ -353,33 +364,21 @@ void jpeg_decode_body(JpegDecompress* s, void* arg) {
     if (n == 0) jpeg_fail_with(reinterpret_cast<j_common_ptr>(cinfo), "cannot skip scanlines");
     skip -= std::min(n, skip);
   }
-  const size_t offset = size_t(job->x - int64_t(crop_x)) * comps;
-  if (job->padded != nullptr) {  // straight into the caller's rows: no copy
-    const size_t stride = size_t(crop_width) * size_t(comps);
-    job->padded->resize(stride * size_t(job->height));
-    job->offset = offset;
-    job->row_stride = stride;
-    JSAMPROW into[16];  // rec_outbuf_height ≤ max_v_samp_factor ≤ 4
-    for (int r = 0; r < job->height;) {
-      const int want = std::min({group, job->height - r, 16});
-      for (int k = 0; k < want; ++k) into[k] = job->padded->data() + size_t(r + k) * stride;
-      const JDIMENSION got = jpeg_read_scanlines(cinfo, into, JDIMENSION(want));
-      if (got == 0) jpeg_fail_with(reinterpret_cast<j_common_ptr>(cinfo), "no scanline");
-      r += int(got);
-    }
-  }
-  for (int r = job->padded != nullptr ? job->height : 0; r < job->height;) {
-    const auto want = JDIMENSION(std::min(group, job->height - r));
-    const JDIMENSION got = jpeg_read_scanlines(cinfo, rows, want);
+  JSAMPROW into[16];
+  for (int r = 0; r < job->height;) {
+    const int want = std::min(group, job->height - r);
+    for (int k = 0; k < want; ++k) into[k] = scratch ? scratch[k] : job->padded->data() + size_t(r + k) * stride;
+    const JDIMENSION got = jpeg_read_scanlines(cinfo, into, JDIMENSION(want));
     if (got == 0) jpeg_fail_with(reinterpret_cast<j_common_ptr>(cinfo), "no scanline");
-    for (JDIMENSION k = 0; k < got; ++k, ++r) {
-      uint8_t* out = job->out + size_t(r) * job->width * 3;
+    for (JDIMENSION k = 0; scratch != nullptr && k < got; ++k) {
+      uint8_t* out = job->out + size_t(r + int(k)) * job->width * 3;
       if (job->cmyk) {
-        cmyk_to_rgb(rows[k] + offset, job->width, job->adobe, out);
+        cmyk_to_rgb(into[k] + offset, job->width, job->adobe, out);
       } else {
-        std::memcpy(out, rows[k] + offset, size_t(job->width) * 3);
+        std::memcpy(out, into[k] + offset, size_t(job->width) * 3);
       }
     }
+    r += int(got);
   }
   if (cinfo->output_scanline == cinfo->output_height) {
     jpeg_finish_decompress(cinfo);  // reads on to EOI: trailing garbage is reported
