@@ -213,8 +213,6 @@ Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& or
   const bool transpose = options_.channels_first && spec.type == SampleType::kPixels;
   b.channels_first = options_.channels_first || spec.type == SampleType::kFeatures;
   b.pixels = options_.allocate(static_cast<size_t>(end - begin) * sample_bytes);
-  const size_t plane = static_cast<size_t>(spec.height * spec.width);
-  std::vector<uint8_t> hwc(transpose ? sample_bytes : 0);
   b.sample_ids.reserve(static_cast<size_t>(end - begin));
   b.labels.reserve(static_cast<size_t>(end - begin));
   b.target_width = pipeline_->target_width();
@@ -224,17 +222,12 @@ Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& or
     uint8_t* dst = b.pixels.data() + b.labels.size() * sample_bytes;  // compacted past skipped samples
     try {
       if (options_.sample_delay.count() > 0) std::this_thread::sleep_for(options_.sample_delay);  // test seam
-      b.labels.push_back(pipeline_->produce(id, epoch, transpose ? hwc.data() : dst));
+      b.labels.push_back(transpose ? pipeline_->produce_channels_first(id, epoch, dst)
+                                   : pipeline_->produce(id, epoch, dst));
       b.sample_ids.push_back(id);
       if (b.target_width > 0) {
         b.targets.resize(b.labels.size() * static_cast<size_t>(b.target_width));
         pipeline_->copy_targets(id, b.targets.data() + b.targets.size() - static_cast<size_t>(b.target_width));
-      }
-      if (transpose) {  // HWC → CHW into the slot
-        const size_t c = static_cast<size_t>(spec.channels);
-        for (size_t p = 0; p < plane; ++p) {
-          for (size_t k = 0; k < c; ++k) dst[k * plane + p] = hwc[p * c + k];
-        }
       }
     } catch (const Error& e) {
       if (options_.bad_samples == BadSamplePolicy::kFail || e.kind() != ErrorKind::kBadInput) {

@@ -96,7 +96,29 @@ void ImagePipeline::store(int64_t index, std::shared_ptr<const Cached> entry, in
   cache_[static_cast<size_t>(index)] = std::move(entry);
 }
 
+int64_t SamplePipeline::produce_channels_first(int64_t index, int64_t epoch, uint8_t* dst) const {
+  const ImageSpec spec = output_spec();
+  const size_t channels = static_cast<size_t>(spec.channels);
+  if (channels == 1) return produce(index, epoch, dst);  // [h, w, 1] is [1, h, w]
+  thread_local std::vector<uint8_t> hwc;
+  hwc.resize(static_cast<size_t>(spec.bytes()));
+  const int64_t label = produce(index, epoch, hwc.data());
+  const size_t plane = static_cast<size_t>(spec.height * spec.width);
+  for (size_t p = 0; p < plane; ++p) {
+    for (size_t k = 0; k < channels; ++k) dst[k * plane + p] = hwc[p * channels + k];
+  }
+  return label;
+}
+
 int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const {
+  return produce(index, epoch, dst, /*planar=*/false);
+}
+
+int64_t ImagePipeline::produce_channels_first(int64_t index, int64_t epoch, uint8_t* dst) const {
+  return produce(index, epoch, dst, /*planar=*/true);
+}
+
+int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool planar) const {
   const int crop = opt_.crop;
   std::shared_ptr<const Cached> cached = opt_.cache != CacheMode::kNone ? lookup(index) : nullptr;
   EncodedSample sample;
@@ -149,7 +171,7 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const
     resized.resize(static_cast<size_t>(rc.resized_width) * rc.resized_height * 3);
     if (decoded) {
       resize_image(decoded->bytes.data(), width, height, width * 3, 3, resized.data(), rc.resized_width,
-                   rc.resized_height);
+                   rc.resized_height, /*flip=*/false, planar);
     } else {
       DecodeOptions d;
       d.min_width = rc.resized_width;
@@ -158,19 +180,31 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const
       d.padded_rows = true;
       DecodedImage img = decode_image(data, size, name, d);
       resize_image(img.data(), img.width, img.height, static_cast<int>(img.stride()), 3, resized.data(),
-                   rc.resized_width, rc.resized_height);
+                   rc.resized_width, rc.resized_height, /*flip=*/false, planar);
     }
-    const size_t row = static_cast<size_t>(crop) * 3;
-    for (int y = 0; y < crop; ++y) {
-      std::memcpy(dst + y * row, resized.data() + (static_cast<size_t>(rc.top + y) * rc.resized_width + rc.left) * 3,
-                  row);
+    if (planar) {
+      const size_t in_plane = static_cast<size_t>(rc.resized_width) * rc.resized_height;
+      const size_t out_plane = static_cast<size_t>(crop) * crop;
+      for (size_t c = 0; c < 3; ++c) {
+        for (int y = 0; y < crop; ++y) {
+          std::memcpy(dst + c * out_plane + static_cast<size_t>(y) * crop,
+                      resized.data() + c * in_plane + static_cast<size_t>(rc.top + y) * rc.resized_width + rc.left,
+                      static_cast<size_t>(crop));
+        }
+      }
+    } else {
+      const size_t row = static_cast<size_t>(crop) * 3;
+      for (int y = 0; y < crop; ++y) {
+        std::memcpy(dst + y * row,
+                    resized.data() + (static_cast<size_t>(rc.top + y) * rc.resized_width + rc.left) * 3, row);
+      }
     }
   } else {
     const Rect region = random_resized_crop(width, height, rng, opt_.rrc);
     const bool flip = opt_.hflip > 0.0f && rng.bernoulli(opt_.hflip);
     if (decoded) {
       const uint8_t* src = decoded->bytes.data() + (static_cast<size_t>(region.y) * width + region.x) * 3;
-      resize_image(src, region.width, region.height, width * 3, 3, dst, crop, crop, flip);
+      resize_image(src, region.width, region.height, width * 3, 3, dst, crop, crop, flip, planar);
     } else {
       DecodeOptions d;
       d.region = region;
@@ -179,11 +213,17 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const
       d.fast = opt_.fast_decode;
       d.padded_rows = true;  // resized straight from libjpeg's rows
       DecodedImage img = decode_image(data, size, name, d);
-      resize_image(img.data(), img.width, img.height, static_cast<int>(img.stride()), 3, dst, crop, crop, flip);
+      resize_image(img.data(), img.width, img.height, static_cast<int>(img.stride()), 3, dst, crop, crop, flip,
+                   planar);
     }
   }
   if (opt_.order == ColorOrder::kBGR) {
-    for (int i = 0; i < crop * crop; ++i) std::swap(dst[3 * i], dst[3 * i + 2]);
+    const size_t plane = static_cast<size_t>(crop) * crop;
+    if (planar) {
+      std::swap_ranges(dst, dst + plane, dst + 2 * plane);
+    } else {
+      for (size_t i = 0; i < plane; ++i) std::swap(dst[3 * i], dst[3 * i + 2]);
+    }
   }
   return label;
 }

@@ -2,7 +2,10 @@
 // per-size setup or its own threads, which would nest inside the loader's pool — D7).
 #include "crucible/data/transform.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -66,11 +69,15 @@ namespace {
 constexpr int kBits = 14;
 
 // For each output index: the first input index and `taps` 14-bit weights (PIL's bilinear
-// support, widened by the scale when shrinking so that it averages instead of aliasing).
+// support, widened by the scale when shrinking so that it averages instead of aliasing); and the
+// weights again in pairs, (w[2j], w[2j+1]) as two int16 in one int32, for pmaddwd.
 struct Coefficients {
   int taps = 0;
+  int pair_count = 0;  // ceil(taps / 2)
   std::vector<int> first;
   std::vector<int32_t> weights;  // [out][taps]
+  std::vector<int32_t> pairs;    // [out][pair_count]
+  std::vector<int32_t> pairs_t;  // the same, [pair_count][out]
 };
 
 Coefficients coefficients(int in, int out) {
@@ -107,6 +114,23 @@ Coefficients coefficients(int in, int out) {
       dst[i - first] = static_cast<int32_t>(std::lround((sum > 0 ? w[i - lo[o]] / sum : 0.0) * (1 << kBits)));
     }
   }
+  // Each weight is in [0, 2^14], so it fits an int16 and a pair's products sum within int32.
+  c.pair_count = (c.taps + 1) / 2;
+  c.pairs.assign(static_cast<size_t>(out) * c.pair_count, 0);
+  for (int o = 0; o < out; ++o) {
+    const int32_t* wo = &c.weights[static_cast<size_t>(o) * c.taps];
+    for (int k = 0; k < c.taps; k += 2) {
+      const uint32_t a = static_cast<uint32_t>(wo[k]);
+      const uint32_t b = k + 1 < c.taps ? static_cast<uint32_t>(wo[k + 1]) : 0u;
+      c.pairs[static_cast<size_t>(o) * c.pair_count + k / 2] = static_cast<int32_t>(a | (b << 16));
+    }
+  }
+  c.pairs_t.resize(c.pairs.size());
+  for (int o = 0; o < out; ++o) {
+    for (int j = 0; j < c.pair_count; ++j) {
+      c.pairs_t[static_cast<size_t>(j) * out + o] = c.pairs[static_cast<size_t>(o) * c.pair_count + j];
+    }
+  }
   return c;
 }
 
@@ -115,36 +139,222 @@ __attribute__((always_inline)) inline uint8_t clamp8(int32_t v) {
   return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
+// The vertical pass for one output row: out[i] = Σ_k w[k] · s0[k·stride + i], i < n.
+void vertical_row(const uint8_t* s0, size_t stride, const int32_t* w, int taps, int n, int32_t* acc,
+                  uint8_t* out) {
+  {
+    const int32_t w0 = w[0];
+    for (int i = 0; i < n; ++i) acc[i] = w0 * s0[i];
+  }
+  for (int k = 1; k < taps; ++k) {
+    const int32_t wk = w[k];
+    if (wk == 0) continue;
+    const uint8_t* s = s0 + static_cast<size_t>(k) * stride;
+    for (int i = 0; i < n; ++i) acc[i] += wk * s[i];
+  }
+  for (int i = 0; i < n; ++i) out[i] = clamp8(acc[i]);
+}
+
+// The same with AVX2: 16 bytes at a time, two rows per pmaddwd, sums kept in registers across
+// the taps; the same integer arithmetic, so the same bytes. Rows under 16 bytes go the portable way.
+__attribute__((target("avx2"))) void vertical_row_avx2(const uint8_t* s0, size_t stride, const int32_t* w,
+                                                       const int32_t* pairs, int taps, int n, int32_t* acc,
+                                                       uint8_t* out) {
+  if (n < 16) {
+    vertical_row(s0, stride, w, taps, n, acc, out);
+    return;
+  }
+  const __m256i bias = _mm256_set1_epi32(1 << (kBits - 1));
+  const __m256i zero = _mm256_setzero_si256();
+  for (int i0 = 0; i0 < n; i0 += 16) {
+    const int i = std::min(i0, n - 16);  // the last step overlaps the one before: same values
+    __m256i lo = bias, hi = bias;
+    const uint8_t* s = s0 + i;
+    int k = 0;
+    for (; k + 1 < taps; k += 2, s += 2 * stride) {
+      const __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+      const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + stride)));
+      const __m256i wv = _mm256_set1_epi32(pairs[k / 2]);
+      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wv));
+      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wv));
+    }
+    if (k < taps) {  // the odd last row, paired with zeros (its pair's second weight is 0)
+      const __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+      const __m256i wv = _mm256_set1_epi32(pairs[k / 2]);
+      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, zero), wv));
+      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, zero), wv));
+    }
+    // Per 128-bit lane lo holds elements 0–3 (8–11), hi 4–7 (12–15): packing restores the order;
+    // the saturating packs are clamp8's clamp.
+    const __m256i words = _mm256_packs_epi32(_mm256_srai_epi32(lo, kBits), _mm256_srai_epi32(hi, kBits));
+    const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(words, words), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(bytes));
+  }
+}
+
+// Where output pixel x's channels go: interleaved [h, w, c] rows or planes [c, h, w].
+struct RowOut {
+  uint8_t* row;  // this output row (interleaved) or its row in plane 0
+  size_t plane;  // bytes between planes; 0: interleaved
+  int channels;
+  int width;
+  bool flip;
+};
+
 // One row of the horizontal pass for RGB with a tap count known at compile time (unrolled,
-// weights in registers; kTaps = 0 handles any count). Each tap reads 4 bytes (RGB plus the
-// next pixel's R, ignored) so the four lanes vectorise; rows carry one byte of padding.
+// weights in registers; kTaps = 0 handles any count), into three int32 rows of sums; then
+// rounded and clamped a row at a time (this loop vectorises; per pixel it did not).
 template <int kTaps>
-__attribute__((always_inline)) inline void horizontal_rgb(const uint8_t* m, const Coefficients& cx, int taps,
-                                                          uint8_t* d, int dst_w, bool flip, int32_t* sums) {
-  const int n = kTaps > 0 ? kTaps : taps;
-  for (int x = 0; x < dst_w; ++x) {
+__attribute__((always_inline)) inline void horizontal_rgb(const uint8_t* m, const Coefficients& cx, const RowOut& o,
+                                                          int32_t* sums) {
+  const int n = kTaps > 0 ? kTaps : cx.taps;
+  const int w = o.width;
+  for (int x = 0; x < w; ++x) {
     const int32_t* wx = &cx.weights[static_cast<size_t>(x) * n];
     const uint8_t* s = m + static_cast<size_t>(cx.first[x]) * 3;
-    int32_t a[4] = {0, 0, 0, 0};
+    int32_t a[3] = {0, 0, 0};
     for (int k = 0; k < n; ++k) {
-      const int32_t w = wx[k];
-      for (int c = 0; c < 4; ++c) a[c] += w * s[3 * k + c];
+      const int32_t wk = wx[k];
+      for (int c = 0; c < 3; ++c) a[c] += wk * s[3 * k + c];
     }
-    int32_t* o = sums + 3 * (flip ? dst_w - 1 - x : x);
-    o[0] = a[0];
-    o[1] = a[1];
-    o[2] = a[2];
+    const int xo = o.flip ? w - 1 - x : x;
+    if (o.plane != 0) {
+      for (int c = 0; c < 3; ++c) sums[c * w + xo] = a[c];
+    } else {
+      for (int c = 0; c < 3; ++c) sums[3 * xo + c] = a[c];
+    }
   }
-  // Rounding and clamping for the whole row at once (this loop vectorises; per pixel it did not).
-  for (int i = 0; i < 3 * dst_w; ++i) d[i] = clamp8(sums[i]);
+  if (o.plane != 0) {
+    for (int c = 0; c < 3; ++c) {
+      uint8_t* d = o.row + c * o.plane;
+      for (int i = 0; i < w; ++i) d[i] = clamp8(sums[c * w + i]);
+    }
+  } else {
+    for (int i = 0; i < 3 * w; ++i) o.row[i] = clamp8(sums[i]);
+  }
 }
+
+void horizontal_rgb_any(const uint8_t* m, const Coefficients& cx, const RowOut& o, int32_t* sums) {
+  switch (cx.taps) {
+    case 2: horizontal_rgb<2>(m, cx, o, sums); break;
+    case 3: horizontal_rgb<3>(m, cx, o, sums); break;
+    case 4: horizontal_rgb<4>(m, cx, o, sums); break;
+    case 5: horizontal_rgb<5>(m, cx, o, sums); break;
+    default: horizontal_rgb<0>(m, cx, o, sums); break;
+  }
+}
+
+// Byte shuffles that interleave eight pixels' planes, rg = (R0..R7, G0..G7) and b = (B0..B7, …),
+// into R0 G0 B0 R1 …: output byte t is channel t % 3 of pixel t / 3; -1 leaves a zero.
+struct InterleaveMasks {
+  alignas(16) int8_t rg[2][16];
+  alignas(16) int8_t b[2][16];
+};
+constexpr InterleaveMasks interleave_masks() {
+  InterleaveMasks k{};
+  for (int t = 0; t < 32; ++t) {
+    const int p = t / 3, c = t % 3;
+    const bool used = t < 24;
+    k.rg[t / 16][t % 16] = static_cast<int8_t>(used && c == 0 ? p : used && c == 1 ? 8 + p : -1);
+    k.b[t / 16][t % 16] = static_cast<int8_t>(used && c == 2 ? p : -1);
+  }
+  return k;
+}
+constexpr InterleaveMasks kInterleave = interleave_masks();
+
+// The same with AVX2, eight output pixels a step: for two pixels at a time (one per 128-bit
+// lane), the pixels of taps k and k+1 shuffled into (R_k, R_k+1, G_k, G_k+1, B_k, B_k+1, 0, 0)
+// words, times the pair of weights with pmaddwd; then the eight pixels packed, regrouped into
+// planes (and mirrored for a flip) and stored as planes or interleaved. A row narrower than eight
+// goes a pixel at a time; the last step of a wider row overlaps the one before (same values).
+// Reads up to 5 bytes past a row's last pixel, weighted 0 (`m` is padded).
+__attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* m, const Coefficients& cx, const RowOut& o) {
+  const __m256i shuffle = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,  //
+                                           0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m256i bias = _mm256_set1_epi32(1 << (kBits - 1));
+  const __m256i lanes = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  const __m128i group = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m128i reverse = _mm_setr_epi8(7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8);
+  const int w = o.width, pc = cx.pair_count;
+  if (w < 8) {
+    for (int x = 0; x < w; ++x) {
+      const uint8_t* s = m + static_cast<size_t>(cx.first[x]) * 3;
+      __m128i acc = _mm256_castsi256_si128(bias);
+      for (int j = 0; j < pc; ++j, s += 6) {
+        const __m128i px = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
+        acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(px, _mm256_castsi256_si128(shuffle)),
+                                                 _mm_set1_epi32(cx.pairs[static_cast<size_t>(x) * pc + j])));
+      }
+      const __m128i v = _mm_srai_epi32(acc, kBits);
+      const auto rgb = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(_mm_packs_epi32(v, v), v)));
+      const int xo = o.flip ? w - 1 - x : x;
+      for (int c = 0; c < 3; ++c) {
+        const auto value = static_cast<uint8_t>(rgb >> (8 * c));
+        if (o.plane != 0) {
+          o.row[c * o.plane + xo] = value;
+        } else {
+          o.row[3 * xo + c] = value;
+        }
+      }
+    }
+    return;
+  }
+  for (int x0 = 0; x0 < w; x0 += 8) {
+    const int x = std::min(x0, w - 8);
+    __m256i acc[4];
+    for (int q = 0; q < 4; ++q) {
+      const int xa = x + 2 * q;  // pixel xa in the low lane, xa + 1 in the high one
+      const uint8_t* s0 = m + static_cast<size_t>(cx.first[xa]) * 3;
+      const uint8_t* s1 = m + static_cast<size_t>(cx.first[xa + 1]) * 3;
+      const int32_t* pw = &cx.pairs_t[static_cast<size_t>(xa)];
+      __m256i a = bias;
+      for (int j = 0; j < pc; ++j, s0 += 6, s1 += 6, pw += w) {
+        const __m256i px = _mm256_set_m128i(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s1)),
+                                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s0)));
+        const __m256i wv = _mm256_permutevar8x32_epi32(
+            _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pw))), lanes);
+        a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_shuffle_epi8(px, shuffle), wv));
+      }
+      acc[q] = _mm256_srai_epi32(a, kBits);
+    }
+    // Low lanes hold pixels x, x+2, x+4, x+6 and high lanes the odd ones, as (R, G, B, 0).
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(acc[0], acc[1]), _mm256_packs_epi32(acc[2], acc[3]));
+    const __m128i even = _mm_shuffle_epi8(_mm256_castsi256_si128(bytes), group);  // R0 R2 R4 R6 G0 … B6, 0…
+    const __m128i odd = _mm_shuffle_epi8(_mm256_extracti128_si256(bytes, 1), group);
+    __m128i rg = _mm_unpacklo_epi8(even, odd);  // R0 … R7 G0 … G7
+    __m128i b = _mm_unpackhi_epi8(even, odd);   // B0 … B7, 0…
+    if (o.flip) {
+      rg = _mm_shuffle_epi8(rg, reverse);
+      b = _mm_shuffle_epi8(b, reverse);
+    }
+    const int xo = o.flip ? w - 8 - x : x;
+    if (o.plane != 0) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o.row + xo), rg);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o.row + o.plane + xo), _mm_srli_si128(rg, 8));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o.row + 2 * o.plane + xo), b);
+    } else {
+      const auto mask = [](const int8_t* k) { return _mm_load_si128(reinterpret_cast<const __m128i*>(k)); };
+      const __m128i lo = _mm_or_si128(_mm_shuffle_epi8(rg, mask(kInterleave.rg[0])),
+                                      _mm_shuffle_epi8(b, mask(kInterleave.b[0])));
+      const __m128i hi = _mm_or_si128(_mm_shuffle_epi8(rg, mask(kInterleave.rg[1])),
+                                      _mm_shuffle_epi8(b, mask(kInterleave.b[1])));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o.row + 3 * xo), lo);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o.row + 3 * xo + 16), hi);
+    }
+  }
+}
+
+std::atomic<bool> g_resize_avx2{__builtin_cpu_supports("avx2") != 0};
 
 }  // namespace
 
-// Built for AVX2 and for the baseline ISA; the loader picks at run time (ifunc).
-__attribute__((target_clones("avx2", "default"))) void resize_image(const uint8_t* src, int src_w, int src_h,
-                                                                   int src_stride, int channels, uint8_t* dst,
-                                                                   int dst_w, int dst_h, bool flip) {
+bool use_resize_avx2_for_testing(bool enable) {
+  return g_resize_avx2.exchange(enable && __builtin_cpu_supports("avx2") != 0);
+}
+
+void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int channels, uint8_t* dst, int dst_w,
+                  int dst_h, bool flip, bool planar) {
+  const bool kAvx2 = g_resize_avx2.load(std::memory_order_relaxed);
   const Coefficients cx = coefficients(src_w, dst_w);
   const Coefficients cy = coefficients(src_h, dst_h);
   // Vertical pass first, on contiguous rows (the inner loop vectorises), into an intermediate
@@ -156,48 +366,45 @@ __attribute__((target_clones("avx2", "default"))) void resize_image(const uint8_
   mid.resize(static_cast<size_t>(dst_h) * row + 16);  // padding: the wide loads of the last pixels
   acc.resize(static_cast<size_t>(row));
   for (int y = 0; y < dst_h; ++y) {
-    int32_t* a = acc.data();
     const int32_t* wy = &cy.weights[static_cast<size_t>(y) * cy.taps];
     const uint8_t* s0 = src + static_cast<size_t>(cy.first[y]) * src_stride;
-    {
-      const int32_t w0 = wy[0];
-      for (int i = 0; i < row; ++i) a[i] = w0 * s0[i];
-    }
-    for (int k = 1; k < cy.taps; ++k) {
-      const int32_t wk = wy[k];
-      if (wk == 0) continue;
-      const uint8_t* s = s0 + static_cast<size_t>(k) * src_stride;
-      for (int i = 0; i < row; ++i) a[i] += wk * s[i];
-    }
     uint8_t* m = &mid[static_cast<size_t>(y) * row];
-    for (int i = 0; i < row; ++i) m[i] = clamp8(a[i]);
+    if (kAvx2) {
+      vertical_row_avx2(s0, static_cast<size_t>(src_stride), wy, &cy.pairs[static_cast<size_t>(y) * cy.pair_count],
+                        cy.taps, row, acc.data(), m);
+    } else {
+      vertical_row(s0, static_cast<size_t>(src_stride), wy, cy.taps, row, acc.data(), m);
+    }
   }
   const int taps = cx.taps;
+  const size_t plane = planar ? static_cast<size_t>(dst_w) * dst_h : 0;
   thread_local std::vector<int32_t> sums;
   sums.resize(static_cast<size_t>(dst_w) * 3);
   for (int y = 0; y < dst_h; ++y) {
     const uint8_t* m = &mid[static_cast<size_t>(y) * row];
-    uint8_t* d = dst + static_cast<size_t>(y) * dst_w * channels;
+    const RowOut o{dst + static_cast<size_t>(y) * dst_w * (planar ? 1 : channels), plane, channels, dst_w, flip};
     if (channels == 3) {
-      switch (taps) {
-        case 2: horizontal_rgb<2>(m, cx, taps, d, dst_w, flip, sums.data()); break;
-        case 3: horizontal_rgb<3>(m, cx, taps, d, dst_w, flip, sums.data()); break;
-        case 4: horizontal_rgb<4>(m, cx, taps, d, dst_w, flip, sums.data()); break;
-        case 5: horizontal_rgb<5>(m, cx, taps, d, dst_w, flip, sums.data()); break;
-        default: horizontal_rgb<0>(m, cx, taps, d, dst_w, flip, sums.data()); break;
+      if (kAvx2) {
+        horizontal_rgb_avx2(m, cx, o);
+      } else {
+        horizontal_rgb_any(m, cx, o, sums.data());
       }
       continue;
     }
     for (int x = 0; x < dst_w; ++x) {
       const int32_t* wx = &cx.weights[static_cast<size_t>(x) * taps];
       const uint8_t* s = m + static_cast<size_t>(cx.first[x]) * channels;
+      const int xo = flip ? dst_w - 1 - x : x;
       for (int c = 0; c < channels; ++c) {
         int32_t a = 0;
         for (int k = 0; k < taps; ++k) a += wx[k] * s[k * channels + c];
-        d[x * channels + c] = clamp8(a);
+        if (planar) {
+          o.row[c * plane + xo] = clamp8(a);
+        } else {
+          o.row[xo * channels + c] = clamp8(a);
+        }
       }
     }
-    if (flip) hflip_image(d, dst_w, 1, channels);
   }
 }
 

@@ -254,3 +254,48 @@ TEST(Loader, OpenFileNeedIsCheckedAgainstUlimitD6) {
 
 }  // namespace
 }  // namespace crucible::data
+
+namespace crucible::data {
+namespace {
+
+// A channels-first batch has its planes written by the resize itself (no transposing pass):
+// every sample equals the [h, w, c] one transposed, for training and evaluation crops, RGB and
+// BGR, the decoded cache and none, JPEG and PNG.
+TEST(ImagePipeline, ChannelsFirstSamplesAreTheTransposeD3) {
+  test::TempDir d;
+  make_folder(d.path(), 12);
+  auto src = std::shared_ptr<const SampleSource>(open_image_folder(d.path()));
+  const int crop = 20;
+  const size_t plane = crop * crop;
+  int checked = 0;
+  for (bool train : {true, false}) {
+    for (ColorOrder order : {ColorOrder::kRGB, ColorOrder::kBGR}) {
+      for (CacheMode cache : {CacheMode::kNone, CacheMode::kDecoded}) {
+        ImagePipelineOptions o = options(crop);
+        o.train = train;
+        o.order = order;
+        o.cache = cache;
+        o.cache_bytes = int64_t{64} << 20;
+        ImagePipeline p(src, o);
+        for (int64_t i = 0; i < p.size(); ++i) {
+          std::vector<uint8_t> hwc(plane * 3), chw(plane * 3);
+          const int64_t a = p.produce(i, 1, hwc.data());
+          const int64_t b = p.produce_channels_first(i, 1, chw.data());
+          ASSERT_EQ(a, b);
+          for (size_t q = 0; q < plane; ++q) {
+            for (size_t c = 0; c < 3; ++c) {
+              ASSERT_EQ(chw[c * plane + q], hwc[q * 3 + c])
+                  << "sample " << i << " train " << train << " order " << color_order_name(order) << " cache "
+                  << cache_mode_name(cache) << " pixel " << q << " channel " << c;
+            }
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 8 * 12);
+}
+
+}  // namespace
+}  // namespace crucible::data

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <sstream>
 
@@ -157,6 +158,54 @@ TEST(Resize, FlipOnTheWayEqualsFlipAfter) {
   hflip_image(a.data(), 24, 20, 3);
   resize_image(src.data(), 53, 37, 53 * 3, 3, b.data(), 24, 20, /*flip=*/true);
   EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace crucible::data
+
+namespace crucible::data {
+namespace {
+
+// The AVX2 kernels (pmaddwd on pairs of rows and of taps) against the portable ones: the same
+// integer arithmetic, so the same bytes, for upscales and downscales of every tap count, odd
+// widths (the 16-byte and 2-pixel tails), padded source rows, flipped and planar output. And
+// planar output is the interleaved output transposed.
+TEST(Resize, Avx2KernelsEqualThePortableOnesAndPlanarIsTheTranspose) {
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 on this CPU";
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  int cases = 0;
+  for (auto [sw, sh, dw, dh] : {std::array<int, 4>{97, 61, 40, 25}, {97, 61, 150, 90}, {300, 260, 224, 224},
+                                {500, 400, 224, 224}, {98, 106, 224, 224}, {1, 1, 7, 5}, {33, 17, 1, 1},
+                                {640, 480, 128, 128}, {17, 900, 31, 29}, {224, 224, 224, 224}}) {
+    const int stride = sw * 3 + static_cast<int>(next() % 13);  // libjpeg's padded rows
+    std::vector<uint8_t> src(static_cast<size_t>(stride) * sh + 16);
+    for (auto& v : src) v = static_cast<uint8_t>(next() >> 24);
+    for (bool flip : {false, true}) {
+      for (bool planar : {false, true}) {
+        const size_t n = static_cast<size_t>(dw) * dh * 3;
+        std::vector<uint8_t> simd(n), portable(n);
+        use_resize_avx2_for_testing(true);
+        resize_image(src.data(), sw, sh, stride, 3, simd.data(), dw, dh, flip, planar);
+        use_resize_avx2_for_testing(false);
+        resize_image(src.data(), sw, sh, stride, 3, portable.data(), dw, dh, flip, planar);
+        use_resize_avx2_for_testing(true);
+        ASSERT_EQ(simd, portable) << sw << "x" << sh << " -> " << dw << "x" << dh << " flip " << flip << " planar "
+                                  << planar;
+        if (planar) {
+          std::vector<uint8_t> hwc(n);
+          resize_image(src.data(), sw, sh, stride, 3, hwc.data(), dw, dh, flip, false);
+          for (size_t p = 0; p < static_cast<size_t>(dw) * dh; ++p) {
+            for (size_t c = 0; c < 3; ++c) {
+              ASSERT_EQ(simd[c * dw * dh + p], hwc[p * 3 + c]) << "pixel " << p << " channel " << c;
+            }
+          }
+        }
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 40);
 }
 
 }  // namespace

@@ -29,6 +29,9 @@ class SamplePipeline {
   // returns its label. Throws crucible::Error (bad input) naming the sample when it cannot be
   // read or decoded (D5); the loader's policy decides to skip or fail.
   virtual int64_t produce(int64_t index, int64_t epoch, uint8_t* dst) const = 0;
+  // As produce, but [channels, height, width] (uint8 pixels, for a channels-first batch). This
+  // default transposes produce()'s output; a pipeline that can write planes directly overrides it.
+  virtual int64_t produce_channels_first(int64_t index, int64_t epoch, uint8_t* dst) const;
   virtual std::string describe() const = 0;
   // D6: file descriptors needed with `threads` workers reading at once.
   virtual int files_needed(int threads) const { return 0; }
@@ -88,6 +91,8 @@ class ImagePipeline final : public SamplePipeline {
   int64_t size() const override { return source_->size(); }
   ImageSpec output_spec() const override;
   int64_t produce(int64_t index, int64_t epoch, uint8_t* dst) const override;
+  // Planes straight from the resize: no second pass over the pixels.
+  int64_t produce_channels_first(int64_t index, int64_t epoch, uint8_t* dst) const override;
   std::string describe() const override;
   int files_needed(int threads) const override;
   // Bytes held by the cache now.
@@ -95,6 +100,7 @@ class ImagePipeline final : public SamplePipeline {
 
  private:
   struct Cached;
+  int64_t produce(int64_t index, int64_t epoch, uint8_t* dst, bool planar) const;
   std::shared_ptr<const Cached> lookup(int64_t index) const;
   void store(int64_t index, std::shared_ptr<const Cached> entry, int64_t bytes) const;
 

@@ -39,9 +39,14 @@ ResizeCentreCrop resize_centre_crop(int width, int height, int crop, double frac
 // Resizes the [src_h, src_w, channels] uint8 image region (`src_stride` bytes per row) to
 // [dst_h, dst_w, channels], with PIL's antialiased bilinear filter (a triangle widened by the
 // downscale factor), in 14-bit fixed point; `flip` mirrors the output horizontally on the way
-// (the same bytes as resize then hflip_image, without the extra pass).
+// (the same bytes as resize then hflip_image, without the extra pass). `planar`: dst is
+// [channels, dst_h, dst_w] instead (the same bytes, transposed: a loader's NCHW batch).
 void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int channels, uint8_t* dst, int dst_w,
-                  int dst_h, bool flip = false);
+                  int dst_h, bool flip = false, bool planar = false);
+
+// Test seam: whether resize_image uses its AVX2 kernels (where the CPU has AVX2) or the portable
+// ones, which give the same bytes. Returns the previous setting.
+bool use_resize_avx2_for_testing(bool enable);
 
 // Mirrors each row of a [h, w, channels] image in place.
 void hflip_image(uint8_t* pixels, int w, int h, int channels);
