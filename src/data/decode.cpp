@@ -350,7 +350,7 @@ void jpeg_decode_body(JpegDecompress* s, void* arg) {
   // group, copied (or converted from CMYK) into `out`.
   JSAMPARRAY scratch = nullptr;
   if (job->padded != nullptr) {
-    job->padded->resize(stride * size_t(job->height));
+    if (job->padded->size() < stride * size_t(job->height)) job->padded->resize(stride * size_t(job->height));
     job->offset = offset;
     job->row_stride = stride;
   } else {
@@ -486,6 +486,7 @@ DecodedImage decode_jpeg(const uint8_t* data, size_t size, const std::string& na
   job.adobe = h.adobe;
   const bool in_place = options.padded_rows && o == 1 && !job.cmyk;
   if (in_place) {
+    if (options.recycle != nullptr) result.pixels.swap(*options.recycle);
     job.padded = &result.pixels;
   } else {
     stored.resize(size_t(sx.size()) * size_t(sy.size()) * 3);

@@ -178,9 +178,12 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
       d.min_height = rc.resized_height;
       d.fast = opt_.fast_decode;
       d.padded_rows = true;
+      thread_local std::vector<uint8_t> storage;
+      d.recycle = &storage;
       DecodedImage img = decode_image(data, size, name, d);
       resize_image(img.data(), img.width, img.height, static_cast<int>(img.stride()), 3, resized.data(),
                    rc.resized_width, rc.resized_height, /*flip=*/false, planar);
+      storage.swap(img.pixels);
     }
     if (planar) {
       const size_t in_plane = static_cast<size_t>(rc.resized_width) * rc.resized_height;
@@ -212,9 +215,12 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
       d.min_height = crop;
       d.fast = opt_.fast_decode;
       d.padded_rows = true;  // resized straight from libjpeg's rows
+      thread_local std::vector<uint8_t> storage;
+      d.recycle = &storage;
       DecodedImage img = decode_image(data, size, name, d);
       resize_image(img.data(), img.width, img.height, static_cast<int>(img.stride()), 3, dst, crop, crop, flip,
                    planar);
+      storage.swap(img.pixels);
     }
   }
   if (opt_.order == ColorOrder::kBGR) {

@@ -140,11 +140,11 @@ class ImageFolderSource final : public SampleSource {
 
   EncodedSample get(int64_t index) const override {
     const std::string& path = paths_.at(static_cast<size_t>(index));
-    auto bytes = std::make_shared<std::string>(read_file(path));  // names the path on failure
+    FileBytes bytes = read_file_bytes(path);  // names the path on failure
     EncodedSample s;
-    s.data = reinterpret_cast<const uint8_t*>(bytes->data());
-    s.size = bytes->size();
-    s.hold = bytes;
+    s.data = bytes.data.get();
+    s.size = bytes.size;
+    s.hold = std::move(bytes.data);
     s.label = labels_[static_cast<size_t>(index)];
     s.name = path;
     return s;

@@ -57,6 +57,35 @@ TEST(ReadFile, MissingFileIsBadInputNamingThePath) {
   }
 }
 
+// read(2) until the end, whatever fstat said: empty, one byte, and sizes around the buffer's
+// first capacity; both readers give the file's bytes; a folder is refused by name.
+TEST(ReadFile, WholeFilesOfAnySizeAndFoldersRefused) {
+  test::TempDir d;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{70001}}) {
+    std::string content(n, '\0');
+    for (size_t i = 0; i < n; ++i) content[i] = static_cast<char>(i * 131 + 7);
+    const std::string path = d / ("f" + std::to_string(n));
+    test::write_text(path, content);
+    EXPECT_EQ(read_file(path), content) << n;
+    const FileBytes b = read_file_bytes(path);
+    ASSERT_EQ(b.size, n);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(b.data.get()), b.size), content) << n;
+  }
+  for (bool bytes : {false, true}) {
+    try {
+      if (bytes) {
+        read_file_bytes(d.path());
+      } else {
+        read_file(d.path());
+      }
+      FAIL() << "a folder was read";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+      EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Sha256, KnownVector) {
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }

@@ -281,6 +281,13 @@ TEST(DecodeJpeg, RegionEqualsCropOfFullDecode) {
       EXPECT_EQ(padded.width, r.width);
       EXPECT_GE(padded.stride(), static_cast<size_t>(r.width) * 3);
       EXPECT_EQ(max_abs_diff(rows_of(padded), crop(full.pixels, 203, r)), 0);
+      // Into recycled storage, longer than needed and full of another image's bytes: the same.
+      std::vector<uint8_t> storage(203 * 157 * 3 + 999, 0xA5);
+      o.recycle = &storage;
+      DecodedImage recycled = decode_file(path, o);
+      EXPECT_EQ(max_abs_diff(rows_of(recycled), crop(full.pixels, 203, r)), 0);
+      EXPECT_GE(recycled.pixels.size(), 203u * 157 * 3 + 999) << "not the storage";
+      storage.swap(recycled.pixels);
     }
   }
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -46,6 +47,13 @@ void commit_file(const std::string& tmp, const std::string& path);
 
 // Reads a whole file. Throws bad_input naming the path when it is missing or unreadable.
 std::string read_file(const std::string& path);
+
+// The same into storage that is not zero-filled first (an image folder reads a file a sample).
+struct FileBytes {
+  std::shared_ptr<uint8_t[]> data;
+  size_t size = 0;
+};
+FileBytes read_file_bytes(const std::string& path);
 
 // fsyncs a folder so that renames and creations inside it are durable.
 void fsync_dir(const std::string& dir);

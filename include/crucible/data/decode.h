@@ -54,6 +54,10 @@ struct DecodeOptions {
   // an iMCU boundary), saving a copy of every row; read them through DecodedImage::data() and
   // stride(). Other formats, and rotated or CMYK JPEGs, come contiguous all the same.
   bool padded_rows = false;
+  // With padded_rows: storage to decode into (swapped into DecodedImage::pixels; swap it back
+  // after, for the next image). It is grown, never shrunk or cleared, so an image costs no
+  // allocation and no zero-fill, and `pixels` may be longer than the rows it holds.
+  std::vector<uint8_t>* recycle = nullptr;
 };
 
 // [height, width, 3] uint8 RGB pixels of `region` (exactly that region, in display
