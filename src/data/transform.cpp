@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -262,27 +263,91 @@ constexpr InterleaveMasks interleave_masks() {
 }
 constexpr InterleaveMasks kInterleave = interleave_masks();
 
-// The same with AVX2, eight output pixels a step: for two pixels at a time (one per 128-bit
-// lane), the pixels of taps k and k+1 shuffled into (R_k, R_k+1, G_k, G_k+1, B_k, B_k+1, 0, 0)
-// words, times the pair of weights with pmaddwd; then the eight pixels packed, regrouped into
-// planes (and mirrored for a flip) and stored as planes or interleaved. A row narrower than eight
-// goes a pixel at a time; the last step of a wider row overlaps the one before (same values).
-// Reads up to 5 bytes past a row's last pixel, weighted 0 (`m` is padded).
-__attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* m, const Coefficients& cx, const RowOut& o) {
+// Where eight packed pixels of a row go (low lane x, x+2, x+4, x+6, high lane the odd ones, as
+// R, G, B, 0 bytes): regrouped into planes, mirrored for a flip, stored as planes or interleaved.
+struct Store8 {
+  uint8_t* row;
+  size_t plane;
+  bool flip;
+  int width;
+};
+
+__attribute__((target("avx2"))) inline void store8(const Store8& o, __m256i bytes, int x) {
+  const __m128i group = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m128i even = _mm_shuffle_epi8(_mm256_castsi256_si128(bytes), group);  // R0 R2 R4 R6 G0 … B6, 0…
+  const __m128i odd = _mm_shuffle_epi8(_mm256_extracti128_si256(bytes, 1), group);
+  __m128i rg = _mm_unpacklo_epi8(even, odd);  // R0 … R7 G0 … G7
+  __m128i b = _mm_unpackhi_epi8(even, odd);   // B0 … B7, 0…
+  if (o.flip) {
+    const __m128i reverse = _mm_setr_epi8(7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8);
+    rg = _mm_shuffle_epi8(rg, reverse);
+    b = _mm_shuffle_epi8(b, reverse);
+  }
+  const int xo = o.flip ? o.width - 8 - x : x;
+  if (o.plane != 0) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(o.row + xo), rg);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(o.row + o.plane + xo), _mm_srli_si128(rg, 8));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(o.row + 2 * o.plane + xo), b);
+  } else {
+    const auto mask = [](const int8_t* k) { return *reinterpret_cast<const __m128i*>(k); };
+    const __m128i lo = _mm_or_si128(_mm_shuffle_epi8(rg, mask(kInterleave.rg[0])),
+                                    _mm_shuffle_epi8(b, mask(kInterleave.b[0])));
+    const __m128i hi = _mm_or_si128(_mm_shuffle_epi8(rg, mask(kInterleave.rg[1])),
+                                    _mm_shuffle_epi8(b, mask(kInterleave.b[1])));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o.row + 3 * xo), lo);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(o.row + 3 * xo + 16), hi);
+  }
+}
+
+// Pixels xa (low lane) and xa + 1 (high lane) of a row, rounded, as 32-bit R, G, B, 0: for each
+// pair of taps, both pixels' inputs shuffled into (R_k, R_k+1, G_k, G_k+1, B_k, B_k+1, 0, 0)
+// words, times the pair of weights with pmaddwd. kPairs > 0: the pair count, known at compile
+// time (the loop unrolled); 0: cx.pair_count.
+template <int kPairs>
+__attribute__((target("avx2"))) inline __m256i two_pixels(const uint8_t* m, const Coefficients& cx, int w, int xa) {
   const __m256i shuffle = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,  //
                                            0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
-  const __m256i bias = _mm256_set1_epi32(1 << (kBits - 1));
   const __m256i lanes = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-  const __m128i group = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m128i reverse = _mm_setr_epi8(7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8);
+  const int n = kPairs > 0 ? kPairs : cx.pair_count;
+  const uint8_t* s0 = m + static_cast<size_t>(cx.first[xa]) * 3;
+  const uint8_t* s1 = m + static_cast<size_t>(cx.first[xa + 1]) * 3;
+  const int32_t* pw = cx.pairs_t.data() + xa;
+  __m256i a = _mm256_set1_epi32(1 << (kBits - 1));
+  for (int j = 0; j < n; ++j, s0 += 6, s1 += 6, pw += w) {
+    const __m256i px = _mm256_set_m128i(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s1)),
+                                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s0)));
+    const __m256i wv =
+        _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pw))), lanes);
+    a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_shuffle_epi8(px, shuffle), wv));
+  }
+  return _mm256_srai_epi32(a, kBits);
+}
+
+// A row of at least eight output pixels, eight at a time; the last step overlaps the one before
+// (the same values written twice).
+template <int kPairs>
+__attribute__((target("avx2"))) void horizontal_rows_avx2(const uint8_t* m, const Coefficients& cx, const Store8& o) {
+  const int w = o.width;
+  for (int x0 = 0; x0 < w; x0 += 8) {
+    const int x = std::min(x0, w - 8);
+    const __m256i a0 = two_pixels<kPairs>(m, cx, w, x), a1 = two_pixels<kPairs>(m, cx, w, x + 2);
+    const __m256i a2 = two_pixels<kPairs>(m, cx, w, x + 4), a3 = two_pixels<kPairs>(m, cx, w, x + 6);
+    store8(o, _mm256_packus_epi16(_mm256_packs_epi32(a0, a1), _mm256_packs_epi32(a2, a3)), x);
+  }
+}
+
+// The horizontal pass with AVX2, eight output pixels a step (above); a row narrower than eight
+// goes a pixel at a time. Reads up to 5 bytes past a row's last pixel, weighted 0 (`m` is padded).
+__attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* m, const Coefficients& cx, const RowOut& o) {
+  const __m128i shuffle = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
   const int w = o.width, pc = cx.pair_count;
   if (w < 8) {
     for (int x = 0; x < w; ++x) {
       const uint8_t* s = m + static_cast<size_t>(cx.first[x]) * 3;
-      __m128i acc = _mm256_castsi256_si128(bias);
+      __m128i acc = _mm_set1_epi32(1 << (kBits - 1));
       for (int j = 0; j < pc; ++j, s += 6) {
         const __m128i px = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
-        acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(px, _mm256_castsi256_si128(shuffle)),
+        acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(px, shuffle),
                                                  _mm_set1_epi32(cx.pairs[static_cast<size_t>(x) * pc + j])));
       }
       const __m128i v = _mm_srai_epi32(acc, kBits);
@@ -299,50 +364,15 @@ __attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* m, const
     }
     return;
   }
-  for (int x0 = 0; x0 < w; x0 += 8) {
-    const int x = std::min(x0, w - 8);
-    __m256i acc[4];
-    for (int q = 0; q < 4; ++q) {
-      const int xa = x + 2 * q;  // pixel xa in the low lane, xa + 1 in the high one
-      const uint8_t* s0 = m + static_cast<size_t>(cx.first[xa]) * 3;
-      const uint8_t* s1 = m + static_cast<size_t>(cx.first[xa + 1]) * 3;
-      const int32_t* pw = &cx.pairs_t[static_cast<size_t>(xa)];
-      __m256i a = bias;
-      for (int j = 0; j < pc; ++j, s0 += 6, s1 += 6, pw += w) {
-        const __m256i px = _mm256_set_m128i(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s1)),
-                                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s0)));
-        const __m256i wv = _mm256_permutevar8x32_epi32(
-            _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pw))), lanes);
-        a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_shuffle_epi8(px, shuffle), wv));
-      }
-      acc[q] = _mm256_srai_epi32(a, kBits);
-    }
-    // Low lanes hold pixels x, x+2, x+4, x+6 and high lanes the odd ones, as (R, G, B, 0).
-    const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(acc[0], acc[1]), _mm256_packs_epi32(acc[2], acc[3]));
-    const __m128i even = _mm_shuffle_epi8(_mm256_castsi256_si128(bytes), group);  // R0 R2 R4 R6 G0 … B6, 0…
-    const __m128i odd = _mm_shuffle_epi8(_mm256_extracti128_si256(bytes, 1), group);
-    __m128i rg = _mm_unpacklo_epi8(even, odd);  // R0 … R7 G0 … G7
-    __m128i b = _mm_unpackhi_epi8(even, odd);   // B0 … B7, 0…
-    if (o.flip) {
-      rg = _mm_shuffle_epi8(rg, reverse);
-      b = _mm_shuffle_epi8(b, reverse);
-    }
-    const int xo = o.flip ? w - 8 - x : x;
-    if (o.plane != 0) {
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(o.row + xo), rg);
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(o.row + o.plane + xo), _mm_srli_si128(rg, 8));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(o.row + 2 * o.plane + xo), b);
-    } else {
-      const auto mask = [](const int8_t* k) { return _mm_load_si128(reinterpret_cast<const __m128i*>(k)); };
-      const __m128i lo = _mm_or_si128(_mm_shuffle_epi8(rg, mask(kInterleave.rg[0])),
-                                      _mm_shuffle_epi8(b, mask(kInterleave.b[0])));
-      const __m128i hi = _mm_or_si128(_mm_shuffle_epi8(rg, mask(kInterleave.rg[1])),
-                                      _mm_shuffle_epi8(b, mask(kInterleave.b[1])));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o.row + 3 * xo), lo);
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(o.row + 3 * xo + 16), hi);
-    }
+  const Store8 store{o.row, o.plane, o.flip, w};
+  switch (pc) {
+    case 1: horizontal_rows_avx2<1>(m, cx, store); break;
+    case 2: horizontal_rows_avx2<2>(m, cx, store); break;
+    case 3: horizontal_rows_avx2<3>(m, cx, store); break;
+    default: horizontal_rows_avx2<0>(m, cx, store); break;
   }
 }
+
 
 std::atomic<bool> g_resize_avx2{__builtin_cpu_supports("avx2") != 0};
 
