@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <type_traits>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -197,7 +196,6 @@ __attribute__((target("avx2"))) void vertical_row_avx2(const uint8_t* s0, size_t
 struct RowOut {
   uint8_t* row;  // this output row (interleaved) or its row in plane 0
   size_t plane;  // bytes between planes; 0: interleaved
-  int channels;
   int width;
   bool flip;
 };
@@ -263,16 +261,9 @@ constexpr InterleaveMasks interleave_masks() {
 }
 constexpr InterleaveMasks kInterleave = interleave_masks();
 
-// Where eight packed pixels of a row go (low lane x, x+2, x+4, x+6, high lane the odd ones, as
-// R, G, B, 0 bytes): regrouped into planes, mirrored for a flip, stored as planes or interleaved.
-struct Store8 {
-  uint8_t* row;
-  size_t plane;
-  bool flip;
-  int width;
-};
-
-__attribute__((target("avx2"))) inline void store8(const Store8& o, __m256i bytes, int x) {
+// Eight packed pixels of a row (low lane x, x+2, x+4, x+6, high lane the odd ones, as R, G, B, 0
+// bytes) regrouped into planes, mirrored for a flip, stored as planes or interleaved.
+__attribute__((target("avx2"))) inline void store8(const RowOut& o, __m256i bytes, int x) {
   const __m128i group = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   const __m128i even = _mm_shuffle_epi8(_mm256_castsi256_si128(bytes), group);  // R0 R2 R4 R6 G0 … B6, 0…
   const __m128i odd = _mm_shuffle_epi8(_mm256_extracti128_si256(bytes, 1), group);
@@ -326,7 +317,7 @@ __attribute__((target("avx2"))) inline __m256i two_pixels(const uint8_t* m, cons
 // A row of at least eight output pixels, eight at a time; the last step overlaps the one before
 // (the same values written twice).
 template <int kPairs>
-__attribute__((target("avx2"))) void horizontal_rows_avx2(const uint8_t* m, const Coefficients& cx, const Store8& o) {
+__attribute__((target("avx2"))) void horizontal_rows_avx2(const uint8_t* m, const Coefficients& cx, const RowOut& o) {
   const int w = o.width;
   for (int x0 = 0; x0 < w; x0 += 8) {
     const int x = std::min(x0, w - 8);
@@ -364,12 +355,11 @@ __attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* m, const
     }
     return;
   }
-  const Store8 store{o.row, o.plane, o.flip, w};
   switch (pc) {
-    case 1: horizontal_rows_avx2<1>(m, cx, store); break;
-    case 2: horizontal_rows_avx2<2>(m, cx, store); break;
-    case 3: horizontal_rows_avx2<3>(m, cx, store); break;
-    default: horizontal_rows_avx2<0>(m, cx, store); break;
+    case 1: horizontal_rows_avx2<1>(m, cx, o); break;
+    case 2: horizontal_rows_avx2<2>(m, cx, o); break;
+    case 3: horizontal_rows_avx2<3>(m, cx, o); break;
+    default: horizontal_rows_avx2<0>(m, cx, o); break;
   }
 }
 
@@ -384,7 +374,9 @@ bool use_resize_avx2_for_testing(bool enable) {
 
 void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int channels, uint8_t* dst, int dst_w,
                   int dst_h, bool flip, bool planar) {
-  const bool kAvx2 = g_resize_avx2.load(std::memory_order_relaxed);
+  // AVX2 kernels where the CPU has them (checked once, at load), else the portable ones: the
+  // same bytes either way, so batches do not depend on the machine.
+  const bool avx2 = g_resize_avx2.load(std::memory_order_relaxed);
   const Coefficients cx = coefficients(src_w, dst_w);
   const Coefficients cy = coefficients(src_h, dst_h);
   // Vertical pass first, on contiguous rows (the inner loop vectorises), into an intermediate
@@ -399,7 +391,7 @@ void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int 
     const int32_t* wy = &cy.weights[static_cast<size_t>(y) * cy.taps];
     const uint8_t* s0 = src + static_cast<size_t>(cy.first[y]) * src_stride;
     uint8_t* m = &mid[static_cast<size_t>(y) * row];
-    if (kAvx2) {
+    if (avx2) {
       vertical_row_avx2(s0, static_cast<size_t>(src_stride), wy, &cy.pairs[static_cast<size_t>(y) * cy.pair_count],
                         cy.taps, row, acc.data(), m);
     } else {
@@ -412,9 +404,9 @@ void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int 
   sums.resize(static_cast<size_t>(dst_w) * 3);
   for (int y = 0; y < dst_h; ++y) {
     const uint8_t* m = &mid[static_cast<size_t>(y) * row];
-    const RowOut o{dst + static_cast<size_t>(y) * dst_w * (planar ? 1 : channels), plane, channels, dst_w, flip};
+    const RowOut o{dst + static_cast<size_t>(y) * dst_w * (planar ? 1 : channels), plane, dst_w, flip};
     if (channels == 3) {
-      if (kAvx2) {
+      if (avx2) {
         horizontal_rgb_avx2(m, cx, o);
       } else {
         horizontal_rgb_any(m, cx, o, sums.data());
