@@ -83,15 +83,7 @@ void commit_file(const std::string& tmp, const std::string& path) {
   fsync_dir(dir.empty() ? "." : dir);
 }
 
-namespace {
-
-// Reads the whole file at `path` with read(2) into storage from `grow(capacity, used)`, which
-// returns a buffer of at least `capacity` bytes holding the `used` bytes read so far. Returns the
-// size read. Not a mapping: an image folder reads thousands of small files a second, and a mapping
-// of each cost page faults and, at unmap, a TLB shootdown on every core (12,000 mmap and munmap
-// calls in 6 epochs of the photo set, 8% of the loader's time in the kernel).
-template <typename Grow>
-size_t read_whole_file(const std::string& path, Grow grow) {
+int open_regular_file(const std::string& path, size_t* size) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw bad_input("cannot open {}: {}", path, errno_text(errno));
   struct stat st {};
@@ -104,9 +96,24 @@ size_t read_whole_file(const std::string& path, Grow grow) {
     ::close(fd);
     throw bad_input("{} is not a regular file", path);
   }
+  *size = static_cast<size_t>(st.st_size);
+  return fd;
+}
+
+namespace {
+
+// Reads the whole file at `path` with read(2) into storage from `grow(capacity, used)`, which
+// returns a buffer of at least `capacity` bytes holding the `used` bytes read so far. Returns the
+// size read. Not a mapping: an image folder reads thousands of small files a second, and a mapping
+// of each cost page faults and, at unmap, a TLB shootdown on every core (12,000 mmap and munmap
+// calls in 6 epochs of the photo set, 8% of the loader's time in the kernel).
+template <typename Grow>
+size_t read_whole_file(const std::string& path, Grow grow) {
+  size_t size = 0;
+  const int fd = open_regular_file(path, &size);
   // One byte more than the size fstat gave, so that the read that finds the end is the second
   // and a file that grew since is still read whole.
-  size_t capacity = static_cast<size_t>(st.st_size) + 1, got = 0;
+  size_t capacity = size + 1, got = 0;
   char* buffer = grow(capacity, got);
   for (;;) {
     if (got == capacity) buffer = grow(capacity *= 2, got);

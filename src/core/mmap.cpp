@@ -1,33 +1,22 @@
 // MappedFile over mmap(MAP_PRIVATE).
 #include "crucible/core/mmap.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 
 #include "crucible/core/error.h"
+#include "crucible/core/file.h"
 
 namespace crucible {
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw bad_input("cannot open {}: {}", path, errno_text(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw runtime_error("cannot stat {}: {}", path, errno_text(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw bad_input("{} is not a regular file", path);
-  }
+  size_t size = 0;
+  const int fd = open_regular_file(path, &size);
   std::shared_ptr<MappedFile> m(new MappedFile);
   m->path_ = path;
-  m->size_ = static_cast<size_t>(st.st_size);
+  m->size_ = size;
   if (m->size_ > 0) {
     void* p = ::mmap(nullptr, m->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {

@@ -45,6 +45,11 @@ void write_file_atomic(const std::string& path, std::string_view data);
 // fsync it, rename it over `path`, fsync the folder. Removes `tmp` on failure.
 void commit_file(const std::string& tmp, const std::string& path);
 
+// Opens `path` read-only (close-on-exec) and checks that it is a regular file; returns the file
+// descriptor (the caller closes it) and sets *size from fstat. Throws bad_input naming the path
+// when it is missing or not a regular file.
+int open_regular_file(const std::string& path, size_t* size);
+
 // Reads a whole file. Throws bad_input naming the path when it is missing or unreadable.
 std::string read_file(const std::string& path);
 
