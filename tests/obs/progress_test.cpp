@@ -34,7 +34,7 @@ TEST(Progress, LinesModePrintsOneLinePerReading) {
   {
     Progress p(ProgressMode::kLines, 2, 10, 20);
     for (int s = 1; s <= 10; ++s) p.step_done(s, 0);
-    p.reading({10, 0.5, 0.75, 0.001, 1234}, 0);
+    p.reading({10, 0.5, 0.75, 0.001, 1234, ""}, 0);
   }
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_NE(out.find("epoch 1/2 step 10/20"), std::string::npos) << out;
