@@ -162,6 +162,7 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
     height = info.height;
   }
   if (width < 1 || height < 1) throw bad_input("{}: image has no pixels ({}x{})", name, width, height);
+  thread_local std::vector<uint8_t> decode_storage;  // the crop's decode, reused (DecodeOptions::recycle)
 
   if (!opt_.train) {
     // torchvision's Resize(int(crop / fraction)) + CenterCrop(crop), literally: the whole image
@@ -178,28 +179,21 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
       d.min_height = rc.resized_height;
       d.fast = opt_.fast_decode;
       d.padded_rows = true;
-      thread_local std::vector<uint8_t> storage;
-      d.recycle = &storage;
+      d.recycle = &decode_storage;
       DecodedImage img = decode_image(data, size, name, d);
       resize_image(img.data(), img.width, img.height, static_cast<int>(img.stride()), 3, resized.data(),
                    rc.resized_width, rc.resized_height, /*flip=*/false, planar);
-      storage.swap(img.pixels);
+      decode_storage.swap(img.pixels);
     }
-    if (planar) {
-      const size_t in_plane = static_cast<size_t>(rc.resized_width) * rc.resized_height;
-      const size_t out_plane = static_cast<size_t>(crop) * crop;
-      for (size_t c = 0; c < 3; ++c) {
-        for (int y = 0; y < crop; ++y) {
-          std::memcpy(dst + c * out_plane + static_cast<size_t>(y) * crop,
-                      resized.data() + c * in_plane + static_cast<size_t>(rc.top + y) * rc.resized_width + rc.left,
-                      static_cast<size_t>(crop));
-        }
-      }
-    } else {
-      const size_t row = static_cast<size_t>(crop) * 3;
+    // The centre crop's rows: of each plane, or of the interleaved image (one "plane" of RGB).
+    const size_t planes = planar ? 3 : 1, px = planar ? 1 : 3;
+    const size_t in_plane = static_cast<size_t>(rc.resized_width) * rc.resized_height * px;
+    const size_t out_plane = static_cast<size_t>(crop) * crop * px;
+    for (size_t c = 0; c < planes; ++c) {
       for (int y = 0; y < crop; ++y) {
-        std::memcpy(dst + y * row,
-                    resized.data() + (static_cast<size_t>(rc.top + y) * rc.resized_width + rc.left) * 3, row);
+        std::memcpy(dst + c * out_plane + static_cast<size_t>(y) * crop * px,
+                    resized.data() + c * in_plane + (static_cast<size_t>(rc.top + y) * rc.resized_width + rc.left) * px,
+                    static_cast<size_t>(crop) * px);
       }
     }
   } else {
@@ -215,12 +209,11 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
       d.min_height = crop;
       d.fast = opt_.fast_decode;
       d.padded_rows = true;  // resized straight from libjpeg's rows
-      thread_local std::vector<uint8_t> storage;
-      d.recycle = &storage;
+      d.recycle = &decode_storage;
       DecodedImage img = decode_image(data, size, name, d);
       resize_image(img.data(), img.width, img.height, static_cast<int>(img.stride()), 3, dst, crop, crop, flip,
                    planar);
-      storage.swap(img.pixels);
+      decode_storage.swap(img.pixels);
     }
   }
   if (opt_.order == ColorOrder::kBGR) {
