@@ -16,7 +16,7 @@
 #include "crucible/core/log.h"
 #include "crucible/core/memory.h"
 #include "data_commands.h"
-#include "dist_commands.h"
+#include "distributed_commands.h"
 #include "io_commands.h"
 #include "report_command.h"
 
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   CLI::App* bench_decode_cmd = cli::add_bench_decode(*bench_cmd, bench_decode_args);
   cli::PackArgs pack_args;
   CLI::App* pack_cmd = cli::add_pack(app, pack_args);
-  dist::LaunchOptions launch_options;
+  distributed::LaunchOptions launch_options;
   CLI::App* launch_cmd = cli::add_launch(app, launch_options);
   cli::SamplerArgs sampler_args;
   CLI::App* sampler_cmd = cli::add_sampler(app, sampler_args);

@@ -2,7 +2,7 @@
 // 1.13: ProcessGroupGloo/NCCL derive from c10d::ProcessGroup and take ProcessGroup::Options;
 // 2.x: they derive from c10d::Backend (PR #88330). crucible builds the backend object directly
 // and calls allreduce/broadcast/allgather/barrier on it, which both versions have with the same
-// signatures. Heavy c10d headers: include from src/dist/*.cpp only.
+// signatures. Heavy c10d headers: include from src/distributed/*.cpp only.
 #pragma once
 
 #include <chrono>

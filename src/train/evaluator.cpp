@@ -11,7 +11,7 @@
 #include "crucible/core/compat.h"
 #include "crucible/data/device_input.h"
 #include "crucible/data/loader.h"
-#include "crucible/dist/comm.h"
+#include "crucible/distributed/comm.h"
 #include "crucible/nn/mode_guard.h"
 #include "crucible/nn/model.h"
 #include "crucible/train/loss.h"
@@ -20,7 +20,7 @@
 namespace crucible::train {
 
 Evaluator::Evaluator(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Loss& loss,
-                     const Precision& precision, c10::Device device, dist::Comm* comm)
+                     const Precision& precision, c10::Device device, distributed::Comm* comm)
     : model_(model),
       loader_(loader),
       input_(input),

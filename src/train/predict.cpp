@@ -16,7 +16,7 @@
 #include "crucible/core/file.h"
 #include "crucible/data/device_input.h"
 #include "crucible/data/loader.h"
-#include "crucible/dist/comm.h"
+#include "crucible/distributed/comm.h"
 #include "crucible/nn/mode_guard.h"
 #include "crucible/nn/model.h"
 #include "crucible/train/loss.h"
@@ -92,7 +92,7 @@ void write_predictions(const std::string& path, const Predictions& p, PredictFor
 }
 
 Predictor::Predictor(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Loss& loss,
-                     const Precision& precision, c10::Device device, dist::Comm* comm)
+                     const Precision& precision, c10::Device device, distributed::Comm* comm)
     : model_(model),
       loader_(loader),
       input_(input),

@@ -14,8 +14,8 @@
 #include "crucible/core/error.h"
 #include "crucible/core/host_read.h"
 #include "crucible/core/log.h"
-#include "crucible/dist/comm.h"
-#include "crucible/dist/grad_sync.h"
+#include "crucible/distributed/comm.h"
+#include "crucible/distributed/grad_sync.h"
 #include "crucible/nn/model.h"
 #include "crucible/train/grad_scaler.h"
 #include "crucible/train/loss.h"
@@ -93,8 +93,8 @@ void IntervalSums::zero() {
 }
 
 TrainStep::TrainStep(nn::Model& model, const Loss& loss, Optimizer& optimizer, GradScaler& scaler,
-                     std::vector<NamedTensor> params, TrainStepOptions options, c10::Device device, dist::Comm* comm,
-                     dist::GradSync* grad_sync)
+                     std::vector<NamedTensor> params, TrainStepOptions options, c10::Device device, distributed::Comm* comm,
+                     distributed::GradSync* grad_sync)
     : model_(model),
       loss_(loss),
       optimizer_(optimizer),

@@ -31,9 +31,9 @@
 #include "crucible/data/loader.h"
 #include "crucible/data/sampler.h"
 #include "crucible/data/source.h"
-#include "crucible/dist/comm.h"
-#include "crucible/dist/grad_sync.h"
-#include "crucible/dist/world.h"
+#include "crucible/distributed/comm.h"
+#include "crucible/distributed/grad_sync.h"
+#include "crucible/distributed/world.h"
 #include "crucible/io/safetensors.h"
 #include "crucible/io/tensor.h"
 #include "crucible/nn/batch_norm.h"
@@ -167,9 +167,9 @@ struct Trainer::Impl {
   nn::InputSpec model_input;                  // what the model takes (saved in checkpoints)
   std::string determinism_env;  // what set_deterministic did to the environment (for the log)
   // Data parallel (law 7): one process per device; null comm = a single process.
-  dist::World world;
-  std::unique_ptr<dist::Comm> comm;
-  std::unique_ptr<dist::GradSync> grad_sync;
+  distributed::World world;
+  std::unique_ptr<distributed::Comm> comm;
+  std::unique_ptr<distributed::GradSync> grad_sync;
   nn::LocalCollective local_collective;  // dist.bn = sync in a single process
   std::vector<int64_t> scales;           // M4: train.multi_scale sizes (empty = off)
   // The step-time breakdown (train.profile): the clock, this session's phases and measured step
@@ -217,7 +217,7 @@ struct Trainer::Impl {
 // through their variables), if any: device from LOCAL_RANK before any collective (T2), then
 // the rendezvous and the process group.
 void Trainer::Impl::join_world() {
-  world = dist::world_from_env();
+  world = distributed::world_from_env();
   set_log_rank(world.rank);
   // Before anything touches CUDA (resolve_device below counts the GPUs): the driver reads
   // CUDA_LAUNCH_BLOCKING when it starts (T14) and cuBLAS reads CUBLAS_WORKSPACE_CONFIG when its
@@ -227,15 +227,15 @@ void Trainer::Impl::join_world() {
   device = compat::resolve_device(job.train.device);
   if (!world.launched) return;
   if (device.is_cuda()) {
-    dist::check_devices(world, compat::cuda_device_count());
+    distributed::check_devices(world, compat::cuda_device_count());
     device = c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(world.local_rank));
     compat::bind_device(device);
   }
-  dist::CommOptions co;
+  distributed::CommOptions co;
   co.backend = job.dist.backend;
   co.timeout_s = job.dist.timeout_s;
   const auto t0 = Clock::now();
-  comm = dist::Comm::connect(world, device, co);
+  comm = distributed::Comm::connect(world, device, co);
   log_info("data parallel: {} processes, {} backend, device {} per process from LOCAL_RANK, timeout {:.0f} s; "
            "joined in {:.1f} s",
            world.size, comm->backend(), device.str(), job.dist.timeout_s, seconds_since(t0));
@@ -243,7 +243,7 @@ void Trainer::Impl::join_world() {
 
 // M2: running statistics equal on every rank before anything reads them.
 void Trainer::Impl::sync_bn_buffers() {
-  if (comm && job.dist.bn != DistSection::Bn::kSync) dist::sync_buffers(*comm, *model, bn_name(job.dist.bn));
+  if (comm && job.dist.bn != DistSection::Bn::kSync) distributed::sync_buffers(*comm, *model, bn_name(job.dist.bn));
 }
 
 // The replicas must hold the same weights; a cheap fingerprint per rank is compared at every
@@ -467,7 +467,7 @@ void Trainer::Impl::build() {
     }
     std::vector<at::Tensor> tensors;
     for (const auto& p : params) tensors.push_back(p.tensor);
-    grad_sync = std::make_unique<dist::GradSync>(*comm, tensors, job.dist.bucket_mb);
+    grad_sync = std::make_unique<distributed::GradSync>(*comm, tensors, job.dist.bucket_mb);
     if (const char* ms = std::getenv(testing::kAllReduceDelayEnv); ms != nullptr && *ms != '\0') {
       grad_sync->set_test_delay(std::chrono::microseconds(static_cast<int64_t>(1000 * std::atof(ms))));
       log_warn("{}={}: every gradient sync takes {} ms longer (test seam)", testing::kAllReduceDelayEnv, ms, ms);
@@ -1061,7 +1061,7 @@ TrainSummary Trainer::Impl::run() {
   }
   if (comm) {
     // Every replica starts from rank 0's weights, whatever its own initialisation or resume did.
-    dist::broadcast_module(*comm, *model, 0);
+    distributed::broadcast_module(*comm, *model, 0);
   }
   const int64_t stop_step = job.train.max_steps > 0 ? std::min(job.train.max_steps, total_steps) : total_steps;
   if (st.step >= stop_step && st.last_eval_step == st.step) {

@@ -21,7 +21,7 @@ import tempfile
 
 READ = re.compile(r"\.item\s*[<(]|\.to\s*\(\s*(at|torch|c10)::kCPU|\.cpu\s*\(\s*\)|\bat::equal\s*\(")
 MARK = "outside the step"
-TRAINING_PATH = ("src/train/*.cpp", "src/nn/*.cpp", "src/dist/*.cpp", "src/data/device_input.cpp", "src/core/compat*.cpp")
+TRAINING_PATH = ("src/train/*.cpp", "src/nn/*.cpp", "src/distributed/*.cpp", "src/data/device_input.cpp", "src/core/compat*.cpp")
 NOT_TRAINING = {"src/train/evaluator.cpp", "src/train/predict.cpp", "src/train/tune.cpp", "src/core/host_read.cpp"}
 
 

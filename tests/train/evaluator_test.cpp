@@ -20,8 +20,8 @@
 #include "crucible/data/loader.h"
 #include "crucible/data/pipeline.h"
 #include "crucible/data/source.h"
-#include "crucible/dist/comm.h"
-#include "crucible/dist/launch.h"
+#include "crucible/distributed/comm.h"
+#include "crucible/distributed/launch.h"
 #include "crucible/nn/model.h"
 #include "crucible/train/job_config.h"
 #include "crucible/train/loss.h"
@@ -108,7 +108,7 @@ Oracle oracle(const Fixture& f) {
 }
 
 // The Evaluator over the fixture with `batch` samples per batch, as rank `rank` of `ranks`.
-EvalResult evaluate(const Fixture& f, int64_t batch, dist::Comm* comm = nullptr, int rank = 0, int ranks = 1) {
+EvalResult evaluate(const Fixture& f, int64_t batch, distributed::Comm* comm = nullptr, int rank = 0, int ranks = 1) {
   const data::ImageSpec spec{1, 1, 1, data::ColorOrder::kGray, data::ValueRange::kByte};
   std::vector<uint8_t> pixels(kSamples);
   for (int64_t i = 0; i < kSamples; ++i) pixels[static_cast<size_t>(i)] = static_cast<uint8_t>(i);
@@ -184,23 +184,23 @@ TEST(Evaluator, EverySampleCountsOnceWhenTheBatchDoesNotDivideTheSetX2) {
 }
 
 // Runs body(rank, comm) on `size` threads joined in one Gloo process group.
-void with_ranks(int size, const std::function<void(int, dist::Comm&)>& body) {
-  const int port = dist::free_port();
+void with_ranks(int size, const std::function<void(int, distributed::Comm&)>& body) {
+  const int port = distributed::free_port();
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        dist::World w;
+        distributed::World w;
         w.rank = r;
         w.size = size;
         w.local_rank = r;
         w.local_size = size;
         w.master_port = port;
-        dist::CommOptions o;
+        distributed::CommOptions o;
         o.timeout_s = 60;
         o.heartbeat_s = 0.5;
-        auto comm = dist::Comm::connect(w, c10::Device(c10::kCPU), o);
+        auto comm = distributed::Comm::connect(w, c10::Device(c10::kCPU), o);
         body(r, *comm);
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();
@@ -220,7 +220,7 @@ TEST(Evaluator, RanksGiveTheSingleProcessFiguresWithThePaddingDroppedX2) {
   const EvalResult single = evaluate(f, 4);
   for (int ranks : {2, 3}) {
     std::vector<EvalResult> got(static_cast<size_t>(ranks));
-    with_ranks(ranks, [&](int rank, dist::Comm& comm) {
+    with_ranks(ranks, [&](int rank, distributed::Comm& comm) {
       got[static_cast<size_t>(rank)] = evaluate(f, 4, &comm, rank, ranks);
     });
     for (int rank = 0; rank < ranks; ++rank) {
@@ -282,7 +282,7 @@ TEST(Evaluator, MultiLabelFiguresEqualAnOracle) {
     loss += l / static_cast<double>(w);
   }
   auto source = std::make_shared<TargetSource>(targets, w);
-  auto run = [&](int64_t batch, dist::Comm* comm, int rank, int ranks) {
+  auto run = [&](int64_t batch, distributed::Comm* comm, int rank, int ranks) {
     auto pipeline = std::make_shared<data::ArrayPipeline>(source, 0.0f, 0);
     data::LoaderOptions lo;
     lo.batch_size = batch;
@@ -305,7 +305,7 @@ TEST(Evaluator, MultiLabelFiguresEqualAnOracle) {
     EXPECT_NEAR(r.loss, loss / kSamples, 1e-6) << "batch " << batch;
   }
   std::vector<EvalResult> got(3);
-  with_ranks(3, [&](int rank, dist::Comm& comm) { got[static_cast<size_t>(rank)] = run(4, &comm, rank, 3); });
+  with_ranks(3, [&](int rank, distributed::Comm& comm) { got[static_cast<size_t>(rank)] = run(4, &comm, rank, 3); });
   for (const EvalResult& r : got) {
     EXPECT_EQ(r.samples, kSamples);
     EXPECT_DOUBLE_EQ(r.acc, hits / kSamples);

@@ -1,5 +1,5 @@
 // Collective: what SyncBatchNorm (batch_norm.h) needs from a process group, in a light header
-// (ATen's Tensor only) so that dist/comm.h, which implements it, does not pull torch's nn
+// (ATen's Tensor only) so that distributed/comm.h, which implements it, does not pull torch's nn
 // headers into everything that talks to other ranks.
 #pragma once
 

@@ -18,7 +18,7 @@ namespace crucible::data {
 class Loader;
 class DeviceInput;
 }  // namespace crucible::data
-namespace crucible::dist {
+namespace crucible::distributed {
 class Comm;
 }
 
@@ -39,7 +39,7 @@ class Evaluator {
  public:
   // Everything must outlive the evaluator; `comm` is null in a single process.
   Evaluator(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Loss& loss,
-            const Precision& precision, c10::Device device, dist::Comm* comm = nullptr);
+            const Precision& precision, c10::Device device, distributed::Comm* comm = nullptr);
   EvalResult run();
 
  private:
@@ -49,7 +49,7 @@ class Evaluator {
   const Loss& loss_;
   Precision precision_;
   c10::Device device_;
-  dist::Comm* comm_;
+  distributed::Comm* comm_;
 };
 
 }  // namespace crucible::train

@@ -19,7 +19,7 @@ namespace crucible::data {
 class Loader;
 class DeviceInput;
 }  // namespace crucible::data
-namespace crucible::dist {
+namespace crucible::distributed {
 class Comm;
 }
 
@@ -74,7 +74,7 @@ class Predictor {
  public:
   // Everything must outlive the predictor; `comm` is null in a single process. Not thread-safe.
   Predictor(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Loss& loss,
-            const Precision& precision, c10::Device device, dist::Comm* comm = nullptr);
+            const Precision& precision, c10::Device device, distributed::Comm* comm = nullptr);
   // One pass over the loader (epoch 0). Under data parallel every rank returns the whole set.
   Predictions run(int64_t top_k);
 
@@ -85,7 +85,7 @@ class Predictor {
   const Loss& loss_;
   Precision precision_;
   c10::Device device_;
-  dist::Comm* comm_;
+  distributed::Comm* comm_;
 };
 
 struct PredictSummary {

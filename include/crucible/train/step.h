@@ -29,10 +29,10 @@
 namespace crucible::nn {
 class Model;
 }
-namespace crucible::dist {
+namespace crucible::distributed {
 class Comm;
 class GradSync;
-}  // namespace crucible::dist
+}  // namespace crucible::distributed
 
 namespace crucible::train {
 
@@ -107,7 +107,7 @@ class TrainStep {
   // model's order. `comm`/`grad_sync` are null in a single process. All must outlive the step.
   TrainStep(nn::Model& model, const Loss& loss, Optimizer& optimizer, GradScaler& scaler,
             std::vector<NamedTensor> params, TrainStepOptions options, c10::Device device,
-            dist::Comm* comm = nullptr, dist::GradSync* grad_sync = nullptr);
+            distributed::Comm* comm = nullptr, distributed::GradSync* grad_sync = nullptr);
 
   struct Result {
     bool taken = false;        // the optimizer stepped (false: non-finite, skipped)
@@ -142,8 +142,8 @@ class TrainStep {
   std::vector<at::Tensor> params_;
   TrainStepOptions options_;
   c10::Device device_;
-  dist::Comm* comm_;
-  dist::GradSync* grad_sync_;
+  distributed::Comm* comm_;
+  distributed::GradSync* grad_sync_;
   IntervalSums sums_;
   StepCounters counters_;
   MicroBatchRecord ran_;

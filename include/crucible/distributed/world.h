@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-namespace crucible::dist {
+namespace crucible::distributed {
 
 struct World {
   int rank = 0;              // global rank, 0 … size-1
@@ -36,4 +36,4 @@ World world_from_env();  // the process environment
 // process on this machine needs its own device: bad_input when LOCAL_WORLD_SIZE exceeds it.
 void check_devices(const World& world, int device_count);
 
-}  // namespace crucible::dist
+}  // namespace crucible::distributed

@@ -2,7 +2,7 @@
 // code after stopping the others (SIGTERM, SIGKILL after the grace period), names a rank
 // killed by a signal or a command that cannot start, and rejects bad options. The launcher's
 // own signals and death are checked through the program (tests/integration/dist_cli_test.cpp).
-#include "crucible/dist/launch.h"
+#include "crucible/distributed/launch.h"
 
 #include <signal.h>
 #include <sys/types.h>
@@ -18,7 +18,7 @@
 
 #include "test_util.h"
 
-namespace crucible::dist {
+namespace crucible::distributed {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -195,4 +195,4 @@ TEST(Launch, BadOptionsAreBadInputX10) {
 }
 
 }  // namespace
-}  // namespace crucible::dist
+}  // namespace crucible::distributed

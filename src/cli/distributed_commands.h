@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "crucible/dist/launch.h"
+#include "crucible/distributed/launch.h"
 
 namespace CLI {
 class App;
@@ -21,8 +21,8 @@ struct SamplerArgs {
 };
 
 // `crucible launch [--nproc N ...] -- CMD ARGS…`: everything after `--` is the command, untouched.
-CLI::App* add_launch(CLI::App& app, dist::LaunchOptions& options);
-int run_launch(const dist::LaunchOptions& options);
+CLI::App* add_launch(CLI::App& app, distributed::LaunchOptions& options);
+int run_launch(const distributed::LaunchOptions& options);
 
 // `crucible sampler --n N --world W --rank R ...`: the indices one rank visits in an epoch (X1).
 CLI::App* add_sampler(CLI::App& app, SamplerArgs& args);

@@ -1,6 +1,6 @@
 // World from torchrun's variables (T2, X10): a plain process, a launched rank, and every
 // malformed or inconsistent combination refused naming the variable.
-#include "crucible/dist/world.h"
+#include "crucible/distributed/world.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include "crucible/core/error.h"
 #include "test_util.h"
 
-namespace crucible::dist {
+namespace crucible::distributed {
 namespace {
 
 World from(const std::map<std::string, std::string>& env) {
@@ -81,4 +81,4 @@ TEST(World, BadVariablesAreNamedT2) {
 }
 
 }  // namespace
-}  // namespace crucible::dist
+}  // namespace crucible::distributed

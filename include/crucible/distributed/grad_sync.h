@@ -24,7 +24,7 @@ namespace crucible::nn {
 class Model;
 }
 
-namespace crucible::dist {
+namespace crucible::distributed {
 
 class Comm;
 
@@ -64,4 +64,4 @@ void broadcast_module(Comm& comm, nn::Model& model, int root = 0);
 void sync_buffers(Comm& comm, torch::nn::Module& module, const std::string& policy);
 void sync_buffers(Comm& comm, nn::Model& model, const std::string& policy);
 
-}  // namespace crucible::dist
+}  // namespace crucible::distributed

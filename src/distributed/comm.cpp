@@ -1,4 +1,4 @@
-#include "crucible/dist/comm.h"
+#include "crucible/distributed/comm.h"
 
 #include <ATen/ATen.h>
 
@@ -16,7 +16,7 @@
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
 
-namespace crucible::dist {
+namespace crucible::distributed {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -293,4 +293,4 @@ void rank0_then_all(Comm* comm, const std::string& what, const std::function<voi
   if (failed.item<float>() > 0) throw runtime_error("rank {}: rank 0 failed to {}; see its error", comm->rank(), what);
 }
 
-}  // namespace crucible::dist
+}  // namespace crucible::distributed

@@ -15,13 +15,13 @@
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
 #include "test_util.h"
-#include "crucible/dist/comm.h"
-#include "crucible/dist/grad_sync.h"
-#include "crucible/dist/launch.h"
+#include "crucible/distributed/comm.h"
+#include "crucible/distributed/grad_sync.h"
+#include "crucible/distributed/launch.h"
 #include "crucible/nn/batch_norm.h"
 #include "crucible/nn/model.h"
 
-namespace crucible::dist {
+namespace crucible::distributed {
 namespace {
 
 CommOptions test_options() {
@@ -272,4 +272,4 @@ TEST(Comm, ACollectiveWithADeadRankNamesIt) {
 }
 
 }  // namespace
-}  // namespace crucible::dist
+}  // namespace crucible::distributed

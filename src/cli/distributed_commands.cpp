@@ -1,5 +1,5 @@
 // launch / sampler.
-#include "dist_commands.h"
+#include "distributed_commands.h"
 
 #include <cstdio>
 #include <string>
@@ -12,7 +12,7 @@
 
 namespace crucible::cli {
 
-CLI::App* add_launch(CLI::App& app, dist::LaunchOptions& o) {
+CLI::App* add_launch(CLI::App& app, distributed::LaunchOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "launch", "start the processes of a data-parallel job with the environment torchrun gives them (X10); "
                 "when one fails the others are stopped and the failure is named");
@@ -31,7 +31,7 @@ CLI::App* add_launch(CLI::App& app, dist::LaunchOptions& o) {
   return cmd;
 }
 
-int run_launch(const dist::LaunchOptions& o) { return dist::launch(o); }
+int run_launch(const distributed::LaunchOptions& o) { return distributed::launch(o); }
 
 CLI::App* add_sampler(CLI::App& app, SamplerArgs& a) {
   CLI::App* cmd = app.add_subcommand(

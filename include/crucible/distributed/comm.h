@@ -14,10 +14,10 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
-#include "crucible/dist/world.h"
+#include "crucible/distributed/world.h"
 #include "crucible/nn/collective.h"
 
-namespace crucible::dist {
+namespace crucible::distributed {
 
 struct CommOptions {
   std::string backend = "auto";  // "auto" (nccl for a CUDA device, else gloo) | "gloo" | "nccl"
@@ -74,4 +74,4 @@ class Comm final : public nn::Collective {
 // it just runs `make`. When `make` throws on rank 0, the others fail too, naming `what`.
 void rank0_then_all(Comm* comm, const std::string& what, const std::function<void()>& make);
 
-}  // namespace crucible::dist
+}  // namespace crucible::distributed

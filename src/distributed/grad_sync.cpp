@@ -1,4 +1,4 @@
-#include "crucible/dist/grad_sync.h"
+#include "crucible/distributed/grad_sync.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>
@@ -16,10 +16,10 @@
 #include <fmt/ranges.h>
 
 #include "crucible/core/error.h"
-#include "crucible/dist/comm.h"
+#include "crucible/distributed/comm.h"
 #include "crucible/nn/model.h"
 
-namespace crucible::dist {
+namespace crucible::distributed {
 
 struct GradSync::Impl {
   struct Bucket {
@@ -235,4 +235,4 @@ void sync_buffers(Comm& comm, nn::Model& model, const std::string& policy) {
   sync_named_buffers(comm, model.named_buffers(), policy);
 }
 
-}  // namespace crucible::dist
+}  // namespace crucible::distributed

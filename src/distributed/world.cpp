@@ -1,4 +1,4 @@
-#include "crucible/dist/world.h"
+#include "crucible/distributed/world.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -7,7 +7,7 @@
 
 #include "crucible/core/error.h"
 
-namespace crucible::dist {
+namespace crucible::distributed {
 namespace {
 
 // An integer variable, or `fallback` when unset.
@@ -81,4 +81,4 @@ void check_devices(const World& world, int device_count) {
   }
 }
 
-}  // namespace crucible::dist
+}  // namespace crucible::distributed

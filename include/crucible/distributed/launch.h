@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace crucible::dist {
+namespace crucible::distributed {
 
 struct LaunchOptions {
   int nproc = 1;      // processes on this node
@@ -34,4 +34,4 @@ int launch(const LaunchOptions& options);
 // A TCP port that was free on 127.0.0.1 a moment ago (bind to port 0, read it back, close).
 int free_port();
 
-}  // namespace crucible::dist
+}  // namespace crucible::distributed

@@ -1,7 +1,7 @@
 // Launcher: fork/exec with a close-on-exec pipe that carries an exec failure's errno back,
 // one process group per rank, and a sigtimedwait loop that reaps ranks, passes the
 // launcher's signals on and enforces the SIGTERM → SIGKILL grace period.
-#include "crucible/dist/launch.h"
+#include "crucible/distributed/launch.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -27,7 +27,7 @@
 
 extern char** environ;
 
-namespace crucible::dist {
+namespace crucible::distributed {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -352,4 +352,4 @@ int launch(const LaunchOptions& o) {
   return result;
 }
 
-}  // namespace crucible::dist
+}  // namespace crucible::distributed
