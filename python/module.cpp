@@ -222,7 +222,9 @@ class NativeLoader {
     if (source->spec().type == data::SampleType::kFeatures && a.hflip > 0) {
       throw bad_input("ArrayLoader: hflip flips uint8 images; {} holds float features", a.features);
     }
-    l->pipeline_ = std::make_shared<data::ArrayPipeline>(source, static_cast<float>(a.hflip), l->augment_seed());
+    data::SampleTransforms transforms;
+    if (a.hflip > 0) transforms.push_back(std::make_shared<data::RandomHorizontalFlip>(static_cast<float>(a.hflip)));
+    l->pipeline_ = std::make_shared<data::ArrayPipeline>(source, std::move(transforms), l->augment_seed());
     l->start_loader();
     return l;
   }
@@ -302,7 +304,7 @@ class NativeLoader {
     if (threads == 0) threads = data::choose_loader_threads(*pipeline_, available_cores(), &threads_report_);
     threads_ = threads;
     data::Sampler::Shard shard{args_.world_size, args_.rank, false};
-    sampler_ = std::make_unique<data::Sampler>(
+    sampler_ = std::make_shared<const data::DistributedSampler>(
         pipeline_->size(), args_.train, derive_seed(static_cast<uint64_t>(job_.run.seed), RngStream::kSampler), shard);
     data::LoaderOptions o = train::loader_options(job_, args_.batch_size, threads);
     o.drop_last = args_.drop_last;
@@ -312,13 +314,13 @@ class NativeLoader {
       given_ = std::make_shared<GivenBuffers>();
       o.allocate = [given = given_](size_t bytes) { return given->take(bytes); };
     }
-    loader_ = std::make_unique<data::Loader>(pipeline_, *sampler_, o);
+    loader_ = std::make_unique<data::Loader>(pipeline_, sampler_, o);
   }
 
   LoaderArgs args_;
   train::JobConfig job_;
   std::shared_ptr<const data::SamplePipeline> pipeline_;
-  std::unique_ptr<data::Sampler> sampler_;
+  std::shared_ptr<const data::Sampler> sampler_;
   std::unique_ptr<data::Loader> loader_;
   std::shared_ptr<GivenBuffers> given_;
   int threads_ = 1, prefetch_ = 1;

@@ -20,6 +20,7 @@
 #include "crucible/data/loader.h"
 #include "crucible/data/pack.h"
 #include "crucible/data/sample_source.h"
+#include "crucible/train/data_recipe.h"
 #include "crucible/train/data_setup.h"
 #include "crucible/train/job_config.h"
 
@@ -144,8 +145,11 @@ int run_bench_loader(const BenchLoaderArgs& a) {
            chosen.empty() ? fmt::format("{} thread(s)", threads) : chosen, a.batch_size, job.data.prefetch,
            data::bad_sample_policy_name(job.data.bad_samples));
 
-  const data::Sampler sampler(pipeline->size(), /*shuffle=*/!a.eval,
-                              derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kSampler));
+  // The order training visits (data.sampler), or evaluation's sequential one.
+  const uint64_t sampler_seed = derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kSampler);
+  const std::shared_ptr<const data::Sampler> sampler =
+      a.eval ? std::make_shared<const data::DistributedSampler>(pipeline->size(), /*shuffle=*/false, sampler_seed)
+             : train::make_training_sampler(job, {pipeline->size(), sampler_seed, {}});
   auto make_loader = [&] {
     return std::make_unique<data::Loader>(pipeline, sampler, train::loader_options(job, a.batch_size, threads));
   };

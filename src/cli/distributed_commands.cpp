@@ -48,7 +48,7 @@ CLI::App* add_sampler(CLI::App& app, SamplerArgs& a) {
 }
 
 int run_sampler(const SamplerArgs& a) {
-  const data::Sampler s(a.n, a.shuffle, a.seed, data::Sampler::Shard{a.world, a.rank, a.drop_last});
+  const data::DistributedSampler s(a.n, a.shuffle, a.seed, data::Sampler::Shard{a.world, a.rank, a.drop_last});
   const std::vector<int64_t> order = s.epoch_order(a.epoch);
   if (a.json) {
     const nlohmann::ordered_json j = {

@@ -93,12 +93,13 @@ int descriptors_needed(const SamplePipeline& pipeline, int threads) {
   return files > 0 ? files + 64 : 0;  // + stdio, logs, checkpoints, libraries
 }
 
-Loader::Loader(std::shared_ptr<const SamplePipeline> pipeline, Sampler sampler, LoaderOptions options)
-    : pipeline_(std::move(pipeline)), sampler_(sampler), options_(std::move(options)) {
+Loader::Loader(std::shared_ptr<const SamplePipeline> pipeline, std::shared_ptr<const Sampler> sampler,
+               LoaderOptions options)
+    : pipeline_(std::move(pipeline)), sampler_(std::move(sampler)), options_(std::move(options)) {
   if (options_.batch_size < 1) throw bad_input("loader: batch_size must be >= 1, found {}", options_.batch_size);
   if (options_.threads < 1) throw bad_input("loader: threads must be >= 1, found {}", options_.threads);
   if (options_.prefetch < 1) throw bad_input("loader: prefetch must be >= 1, found {}", options_.prefetch);
-  if (sampler_.size() != pipeline_->size()) throw std::logic_error("Loader: sampler size differs from the pipeline's");
+  if (sampler_->size() != pipeline_->size()) throw std::logic_error("Loader: sampler size differs from the pipeline's");
   // D6: compare the descriptors the readers need with the process limit, before any work.
   struct rlimit lim {};
   const int need = descriptors_needed(*pipeline_, options_.threads);
@@ -123,7 +124,7 @@ Loader::~Loader() {
 
 int64_t Loader::batches_per_epoch() const {
   // This rank's share of an epoch (X1: a sharded sampler visits num_samples, not size()).
-  const int64_t n = sampler_.num_samples(), b = options_.batch_size;
+  const int64_t n = sampler_->num_samples(), b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -135,7 +136,7 @@ void Loader::cancel_and_wait() {
 }
 
 void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
-  auto order = std::make_shared<const std::vector<int64_t>>(sampler_.epoch_order(epoch));
+  auto order = std::make_shared<const std::vector<int64_t>>(sampler_->epoch_order(epoch));
   cancel_and_wait();
   std::lock_guard<std::mutex> lock(mu_);
   epoch_ = epoch;

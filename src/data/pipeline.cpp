@@ -12,21 +12,23 @@
 
 namespace crucible::data {
 
-ArrayPipeline::ArrayPipeline(std::shared_ptr<const Source> source, float hflip, uint64_t augment_seed)
-    : source_(std::move(source)), hflip_(hflip), seed_(augment_seed) {
-  // Float features are used as they are; a flip would also treat their bytes as pixels.
-  if (hflip_ > 0.0f && source_->spec().type != SampleType::kPixels) {
-    throw std::logic_error("ArrayPipeline: a flip of float features");
+ArrayPipeline::ArrayPipeline(std::shared_ptr<const Source> source, SampleTransforms transforms, uint64_t augment_seed)
+    : source_(std::move(source)), transforms_(std::move(transforms)), seed_(augment_seed) {
+  // Float features are used as they are; a pixel transform would treat their bytes as pixels.
+  if (!transforms_.empty() && source_->spec().type != SampleType::kPixels) {
+    throw std::logic_error("ArrayPipeline: sample transforms of float features");
   }
 }
 
 int64_t ArrayPipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const {
-  const ImageSpec spec = source_->spec();
   source_->copy_sample(index, dst);
-  if (hflip_ > 0.0f) {
+  if (!transforms_.empty()) {
+    const ImageSpec spec = source_->spec();
     SampleRng rng(seed_, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
-    if (rng.bernoulli(hflip_)) hflip_image(dst, static_cast<int>(spec.width), static_cast<int>(spec.height),
-                                           static_cast<int>(spec.channels));
+    apply_transforms(transforms_, 0,
+                     ImageRef{dst, static_cast<int>(spec.width), static_cast<int>(spec.height),
+                              static_cast<int>(spec.channels), /*planar=*/false},
+                     rng);
   }
   return source_->label(index);
 }
@@ -37,7 +39,8 @@ void ArrayPipeline::copy_targets(int64_t index, float* dst) const {
 }
 
 std::string ArrayPipeline::describe() const {
-  return fmt::format("{} ({}), flip p={}", source_->describe(), source_->spec().to_string(), hflip_);
+  return fmt::format("{} ({}), {}", source_->describe(), source_->spec().to_string(),
+                     transforms_.empty() ? std::string("no transforms") : describe_transforms(transforms_));
 }
 
 // A cache entry: the encoded bytes, or the decoded full image.
@@ -198,7 +201,9 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
     }
   } else {
     const Rect region = random_resized_crop(width, height, rng, opt_.rrc);
-    const bool flip = opt_.hflip > 0.0f && rng.bernoulli(opt_.hflip);
+    // A first transform that only mirrors is written by the resize itself (one pass less).
+    bool flip = false;
+    const size_t folded = !opt_.transforms.empty() && opt_.transforms[0]->fold_mirror(rng, &flip) ? 1 : 0;
     if (decoded) {
       const uint8_t* src = decoded->bytes.data() + (static_cast<size_t>(region.y) * width + region.x) * 3;
       resize_image(src, region.width, region.height, width * 3, 3, dst, crop, crop, flip, planar);
@@ -215,6 +220,7 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
                    planar);
       decode_storage.swap(img.pixels);
     }
+    apply_transforms(opt_.transforms, folded, ImageRef{dst, crop, crop, 3, planar}, rng);
   }
   if (opt_.order == ColorOrder::kBGR) {
     const size_t plane = static_cast<size_t>(crop) * crop;
@@ -230,7 +236,8 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
 std::string ImagePipeline::describe() const {
   return fmt::format("{}: {} {}x{} crops ({}), {}, {} JPEG decode, cache {}{}", source_->describe(),
                      opt_.train ? "RandomResizedCrop" : "resize + centre", opt_.crop, opt_.crop,
-                     opt_.train ? fmt::format("scale {}–{}, flip p={}", opt_.rrc.scale_min, opt_.rrc.scale_max, opt_.hflip)
+                     opt_.train ? fmt::format("scale {}–{}{}{}", opt_.rrc.scale_min, opt_.rrc.scale_max,
+                                             opt_.transforms.empty() ? "" : ", ", describe_transforms(opt_.transforms))
                                 : fmt::format("short side to int({} / {}) = {}, as torchvision", opt_.crop,
                                               opt_.center_fraction,
                                               static_cast<int>(opt_.crop / opt_.center_fraction)),

@@ -1,4 +1,4 @@
-// Sampler: PyTorch's CPU randperm, reproduced without libtorch — torch.Generator is an MT19937
+// DistributedSampler: PyTorch's CPU randperm, reproduced without libtorch — torch.Generator is an MT19937
 // seeded with the low 32 bits of its seed, and randperm is a Fisher-Yates pass swapping r[i]
 // with r[i + random() % (n - i)] (aten/src/ATen/native/TensorFactories.cpp) — then
 // DistributedSampler's padding/truncation and striding (torch/utils/data/distributed.py).
@@ -9,13 +9,16 @@
 #include <random>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "crucible/core/error.h"
 
 namespace crucible::data {
 
-Sampler::Sampler(int64_t size, bool shuffle, uint64_t seed) : Sampler(size, shuffle, seed, Shard{}) {}
+DistributedSampler::DistributedSampler(int64_t size, bool shuffle, uint64_t seed)
+    : DistributedSampler(size, shuffle, seed, Shard{}) {}
 
-Sampler::Sampler(int64_t size, bool shuffle, uint64_t seed, Shard shard)
+DistributedSampler::DistributedSampler(int64_t size, bool shuffle, uint64_t seed, Shard shard)
     : size_(size), shuffle_(shuffle), seed_(seed), shard_(shard) {
   if (size_ < 0) throw bad_input("sampler: data set size must be >= 0, found {}", size_);
   if (shard_.num_replicas < 1) throw bad_input("sampler: num_replicas must be >= 1, found {}", shard_.num_replicas);
@@ -29,7 +32,7 @@ Sampler::Sampler(int64_t size, bool shuffle, uint64_t seed, Shard shard)
   num_samples_ = shard_.drop_last ? size_ / r : (size_ + r - 1) / r;
 }
 
-std::vector<int64_t> Sampler::epoch_order(int64_t epoch) const {
+std::vector<int64_t> DistributedSampler::epoch_order(int64_t epoch) const {
   std::vector<int64_t> order(static_cast<size_t>(size_));
   std::iota(order.begin(), order.end(), 0);
   if (shuffle_) {
@@ -49,6 +52,11 @@ std::vector<int64_t> Sampler::epoch_order(int64_t epoch) const {
     mine[static_cast<size_t>(k)] = order[static_cast<size_t>(pos % size_)];
   }
   return mine;
+}
+
+std::string DistributedSampler::describe() const {
+  return fmt::format("DistributedSampler ({}{})", shuffle_ ? "shuffled" : "in order",
+                     shard_.num_replicas > 1 ? fmt::format(", rank {} of {}", shard_.rank, shard_.num_replicas) : "");
 }
 
 }  // namespace crucible::data

@@ -10,6 +10,7 @@
 #include "crucible/data/array_source.h"
 #include "crucible/data/sample_source.h"
 #include "crucible/data/source.h"
+#include "crucible/train/data_recipe.h"
 
 namespace crucible::train {
 namespace {
@@ -21,7 +22,7 @@ std::shared_ptr<const data::SamplePipeline> image_pipeline(std::shared_ptr<const
   data::ImagePipelineOptions o;
   o.crop = static_cast<int>(job.data.crop);
   o.train = train;
-  o.hflip = train ? static_cast<float>(job.data.hflip) : 0.0f;
+  if (train) o.transforms = training_transforms(job, data::ImageSpec{o.crop, o.crop, 3});
   o.cache = job.data.cache;
   o.cache_bytes = job.data.cache_mb << 20;
   o.order = data::parse_color_order(job.data.color_order, "data.color_order");
@@ -84,11 +85,6 @@ DataSetup make_array_data(const JobConfig& job, uint64_t augment_seed) {
   for (const auto* s : {train.get(), test.get()}) {
     if (!s->features_mapped()) log_warn("data (D13): {}: {}", s->features_where(), s->features_note());
   }
-  float hflip = static_cast<float>(c.hflip);
-  if (spec.type == data::SampleType::kFeatures && hflip > 0.0f) {
-    log_info("data: data.hflip = {} does not apply to float features (used as they are)", c.hflip);
-    hflip = 0.0f;
-  }
   if (train->target_width() != test->target_width()) {
     auto what = [](const data::ArraySource& s) {
       return s.target_width() > 0 ? fmt::format("multi-label targets over {} classes", s.target_width())
@@ -100,8 +96,8 @@ DataSetup make_array_data(const JobConfig& job, uint64_t augment_seed) {
   }
   DataSetup d;
   d.num_classes = std::max(train->num_classes(), test->num_classes());
-  d.train = std::make_shared<data::ArrayPipeline>(train, hflip, augment_seed);
-  d.test = std::make_shared<data::ArrayPipeline>(test, 0.0f, 0);
+  d.train = std::make_shared<data::ArrayPipeline>(train, training_transforms(job, spec), augment_seed);
+  d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
   return d;
 }
 
@@ -119,8 +115,8 @@ DataSetup make_data(const JobConfig& job, uint64_t augment_seed) {
       throw bad_input("training images are {} but test images are {}", a.to_string(), b.to_string());
     }
     d.num_classes = std::max(train->num_classes(), test->num_classes());
-    d.train = std::make_shared<data::ArrayPipeline>(train, static_cast<float>(job.data.hflip), augment_seed);
-    d.test = std::make_shared<data::ArrayPipeline>(test, 0.0f, 0);
+    d.train = std::make_shared<data::ArrayPipeline>(train, training_transforms(job, a), augment_seed);
+    d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
     return d;
   }
   if (job.data.dataset == DataSection::Dataset::kArrays) return make_array_data(job, augment_seed);
@@ -146,7 +142,8 @@ std::shared_ptr<const data::SamplePipeline> make_pipeline_for_path(const std::st
   std::string images, labels;
   if (fs::is_directory(path) && find_idx(path, train ? "train" : "t10k", &images, &labels)) {
     std::shared_ptr<const data::Source> src = data::load_idx_source(images, labels, n, key);
-    return std::make_shared<data::ArrayPipeline>(src, train ? static_cast<float>(job.data.hflip) : 0.0f, augment_seed);
+    return std::make_shared<data::ArrayPipeline>(
+        src, train ? training_transforms(job, src->spec()) : data::SampleTransforms{}, augment_seed);
   }
   return image_pipeline(take_samples(data::open_samples(path), n, key, path), job, augment_seed, train);
 }

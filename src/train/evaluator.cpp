@@ -5,15 +5,17 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
-#include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "crucible/core/compat.h"
+#include "crucible/core/log.h"
 #include "crucible/data/device_input.h"
 #include "crucible/data/loader.h"
-#include "crucible/distributed/comm.h"
 #include "crucible/nn/mode_guard.h"
 #include "crucible/nn/model.h"
+#include "crucible/train/gather.h"
 #include "crucible/train/loss.h"
 #include "crucible/train/step.h"
 
@@ -29,16 +31,24 @@ Evaluator::Evaluator(nn::Model& model, data::Loader& loader, const data::DeviceI
       device_(device),
       comm_(comm) {}
 
-EvalResult Evaluator::run() {
+void log_eval(int64_t step, const EvalResult& r, int ranks, double seconds) {
+  log_info("eval after step {}: test accuracy {:.2f}% (top-5 {:.2f}%), loss {:.4f} ({} samples{}, {:.1f} s)", step,
+           100 * r.acc, 100 * r.top5, r.loss, r.samples, ranks > 0 ? fmt::format(" over {} ranks", ranks) : std::string(),
+           seconds);
+}
+
+EvalResult Evaluator::run() { return run(model_); }
+
+EvalResult Evaluator::run(nn::Model& model) {
   std::vector<at::Tensor> ids, losses, hits, hits5;
   {
-    nn::EvalGuard guard(model_);  // M1: eval mode + no grad, restored after
+    nn::EvalGuard guard(model);  // M1: eval mode + no grad, restored after
     compat::AutocastGuard amp(device_.type(), autocast_dtype(precision_), precision_.mixed());
     loader_.start_epoch(0);
     while (auto batch = loader_.next()) {
       at::Tensor x = input_.images(*batch);
       at::Tensor y = input_.labels(*batch);
-      at::Tensor logits = model_.forward(x);
+      at::Tensor logits = model.forward(x);
       losses.push_back(loss_.per_sample(logits, y).to(at::kDouble));
       hits.push_back(top1_hits(logits, y).to(at::kDouble));
       // Top-k as PyTorch's reference scripts count it (ties at the k-th place: topk's choice).
@@ -48,26 +58,17 @@ EvalResult Evaluator::run() {
   }
   const auto dev = at::TensorOptions().dtype(at::kDouble).device(device_);
   constexpr int64_t kCols = 4;  // sample id, loss, top-1 hit, top-5 hit
-  at::Tensor local = ids.empty() ? at::zeros({0, kCols}, dev)
-                                 : at::stack({at::cat(ids), at::cat(losses), at::cat(hits), at::cat(hits5)}, 1);
-  at::Tensor all = comm_ != nullptr ? comm_->all_gather_varying(local) : local;
-  all = all.to(at::kCPU).contiguous();
-  const int64_t rows = all.size(0);
-  const double* r = all.data_ptr<double>();
-  std::vector<std::pair<int64_t, int64_t>> order;  // (sample id, row), first occurrence of each id
-  order.reserve(static_cast<size_t>(rows));
-  for (int64_t i = 0; i < rows; ++i) order.emplace_back(static_cast<int64_t>(r[kCols * i]), i);
-  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const at::Tensor local = ids.empty() ? at::zeros({0, kCols}, dev)
+                                       : at::stack({at::cat(ids), at::cat(losses), at::cat(hits), at::cat(hits5)}, 1);
+  const SampleRows rows = gather_sample_rows(local, comm_);
   double loss_total = 0, correct_total = 0, top5_total = 0;
-  int64_t n = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (i > 0 && order[i].first == order[i - 1].first) continue;  // padding
-    const double* row = r + kCols * order[i].second;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double* row = rows[i];
     loss_total += row[1];
     correct_total += row[2];
     top5_total += row[3];
-    ++n;
   }
+  const auto n = static_cast<int64_t>(rows.size());
   EvalResult result;
   result.loss = loss_total / static_cast<double>(std::max<int64_t>(1, n));
   result.acc = correct_total / static_cast<double>(std::max<int64_t>(1, n));

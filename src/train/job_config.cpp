@@ -5,6 +5,7 @@
 
 #include "crucible/core/config.h"
 #include "crucible/core/thread_pool.h"
+#include "crucible/train/data_recipe.h"
 
 namespace crucible::train {
 
@@ -20,7 +21,10 @@ const char* bn_name(DistSection::Bn bn) {
   return "broadcast";
 }
 
-void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names) {
+namespace {
+
+// [run] and [data].
+void bind_run_data(JobConfig& j, ConfigSchema& s) {
   s.add("run", "name", &j.run.name, "run folder name: results go to <dir>/<name>/");
   s.add("run", "dir", &j.run.dir, "folder holding the run folders");
   s.add("run", "seed", &j.run.seed, "the one seed every random stream derives from (T15)").non_negative();
@@ -58,6 +62,8 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
         "proportion); more than there are is an error")
       .non_negative();
   s.add("data", "hflip", &j.data.hflip, "probability of a random horizontal flip").min(0).max(1);
+  s.add("data", "sampler", &j.data.sampler, "the training order: distributed (PyTorch's DistributedSampler, X1)")
+      .choices(sampler_registry().names());
   s.add("data", "mean", &j.data.mean, "per-channel mean for normalisation, in mean_std_range units");
   s.add("data", "std", &j.data.std, "per-channel std for normalisation, in mean_std_range units").positive();
   s.add("data", "mean_std_range", &j.data.mean_std_range,
@@ -67,7 +73,10 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   s.add("data", "threads", &j.data.threads, "loader threads (0 = chosen: one per two cores for idx, measured for images)")
       .non_negative();
   s.add("data", "prefetch", &j.data.prefetch, "batches prepared ahead of training (bounds memory)").min(1);
+}
 
+// [model], [optim], [schedule] and [loss] (their names: the registries').
+void bind_model_optimization(JobConfig& j, ConfigSchema& s, const RegisteredNames& names) {
   auto& model_name = s.add("model", "name", &j.model.name, "model architecture");
   if (!names.models.empty()) model_name.choices(names.models);
   s.add("model", "dropout", &j.model.dropout, "dropout probability before the last layer").min(0).max(1, true);
@@ -109,7 +118,10 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   s.add("loss", "class_weights", &j.loss.class_weights,
         "cross_entropy: one weight per class, in label order ([] = all equal)")
       .non_negative();
+}
 
+// [train].
+void bind_train(JobConfig& j, ConfigSchema& s) {
   s.add("train", "device", &j.train.device, "where to train: auto (a GPU when present), cpu, cuda or cuda:N");
   s.add("train", "epochs", &j.train.epochs, "passes over the training set").min(1);
   s.add("train", "batch_size", &j.train.batch_size, "samples per optimizer step").min(1);
@@ -140,7 +152,10 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
       .choices({"highest", "high", "medium"});
   s.add("train", "sync_debug", &j.train.sync_debug, "synchronise after every GPU kernel, as CUDA_LAUNCH_BLOCKING=1 (T14)");
   s.add("train", "release_cache", &j.train.release_cache, "release cached device memory at epoch ends (T13)");
+}
 
+// [checkpoint], [log] and [dist].
+void bind_outputs_dist(JobConfig& j, ConfigSchema& s) {
   s.add("checkpoint", "every_steps", &j.checkpoint.every_steps, "checkpoint every N steps (and at every epoch end)")
       .min(1);
   s.add("checkpoint", "keep", &j.checkpoint.keep, "checkpoints kept (newest)").min(1);
@@ -161,6 +176,15 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   s.add_enum("dist", "bn", &j.dist.bn,
              {{"broadcast", Bn::kBroadcast}, {"average", Bn::kAverage}, {"sync", Bn::kSync}},
              "BatchNorm statistics under data parallel (M2): broadcast (rank 0's), average, sync (SyncBatchNorm, M3)");
+}
+
+}  // namespace
+
+void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names) {
+  bind_run_data(j, s);
+  bind_model_optimization(j, s, names);
+  bind_train(j, s);
+  bind_outputs_dist(j, s);
 }
 
 int compute_threads(const JobConfig& job, int local_ranks) {

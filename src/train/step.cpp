@@ -19,9 +19,12 @@
 #include "crucible/nn/model.h"
 #include "crucible/train/grad_scaler.h"
 #include "crucible/train/loss.h"
-#include "crucible/train/phase_clock.h"
+#include "crucible/obs/phase_clock.h"
 
 namespace crucible::train {
+
+using obs::Phase;
+using obs::PhaseClock;
 namespace {
 
 // CPU and CUDA allocators both report through c10::Error; std::bad_alloc from plain new.
@@ -123,11 +126,44 @@ GradScalerOptions grad_scaler_options(const JobConfig& job, const Precision& pre
 
 TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64_t step, double lr, double momentum,
                                  bool stop_requested, const std::vector<int64_t>& sample_ids) {
-  // M5: `accumulate` micro-batches per step; T16: on an allocation failure, the same batch
-  // again as twice as many micro-batches, until one sample alone does not fit.
+  const Sums saved{sums_.loss_sum.clone(), sums_.correct.clone()};
+  forward_backward(x, y, step, sample_ids, saved);
+  if (grad_sync_ != nullptr) {
+    grad_sync_->finish();        // gradients averaged over ranks
+    lap(Phase::kCommunication);  // what backward did not hide
+  }
+  std::vector<at::Tensor> grads;
+  grads.reserve(params_.size());
+  for (const auto& p : params_) grads.push_back(p.grad());
+  scaler_.unscale(grads);  // T1: unscaled before clipping
+  if (options_.clip_norm > 0) clip(grads);
+  Result result;
+  const bool finite = vote(grads, stop_requested, &result);
+  lap(Phase::kHostSync);
+  result.taken = scaler_.update(!finite);
+  if (result.taken) {
+    if (before_update) before_update(names_, grads);
+    optimizer_.step(lr, momentum);
+    counters_.bad_in_row = 0;
+  } else {
+    skip(step, grads, saved);
+  }
+  optimizer_.zero_grad();  // T10: set to none
+  lap(Phase::kOptimizer);
+  return result;
+}
+
+void TrainStep::lap(Phase phase) {
+  if (clock_ != nullptr) clock_->lap(phase);
+}
+
+// M5: `accumulate` micro-batches per step; T16: on an allocation failure, the same batch again
+// as twice as many micro-batches (the interval's sums restored to `saved`), until one sample
+// alone does not fit.
+void TrainStep::forward_backward(const at::Tensor& x, const at::Tensor& y, int64_t step,
+                                 const std::vector<int64_t>& sample_ids, const Sums& saved) {
   const int64_t n = x.size(0);
   int64_t parts = std::max<int64_t>(1, std::min<int64_t>(options_.accumulate, n));
-  const at::Tensor saved_loss_sum = sums_.loss_sum.clone(), saved_correct = sums_.correct.clone();
   for (;;) {
     try {
       MicroBatchOptions o;
@@ -142,7 +178,7 @@ TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64
         o.before_backward = [this](bool last) { grad_sync_->communicate(last); };  // M5: only the last
       }
       ran_ = accumulate_gradients(model_, x, y, o, sums_.loss_sum, sums_.correct);
-      break;
+      return;
     } catch (const std::exception& e) {
       if (!options_.split_on_oom || !is_out_of_memory(e)) throw;
       if (comm_ != nullptr) {
@@ -152,8 +188,8 @@ TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64
                             step, comm_->rank(), e.what());
       }
       optimizer_.zero_grad();
-      sums_.loss_sum.copy_(saved_loss_sum);
-      sums_.correct.copy_(saved_correct);
+      sums_.loss_sum.copy_(saved.loss_sum);
+      sums_.correct.copy_(saved.correct);
       compat::release_cached_memory(device_);
       if (parts >= n) {
         throw runtime_error("step {}: out of memory with a single sample (sample ids {}{}): {}", step,
@@ -169,93 +205,77 @@ TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64
                step, (n + before - 1) / before, parts, (n + parts - 1) / parts);
     }
   }
-  auto lap = [this](Phase phase) {
-    if (clock_ != nullptr) clock_->lap(phase);
-  };
-  if (grad_sync_ != nullptr) {
-    grad_sync_->finish();  // gradients averaged over ranks
-    lap(Phase::kCommunication);  // what backward did not hide
+}
+
+// Clips the global gradient norm to clip_norm, keeping the interval's largest norms before and
+// after. No host read: the factor is clamped on the device, as torch.nn.utils.clip_grad_norm_ does.
+void TrainStep::clip(const std::vector<at::Tensor>& grads) {
+  at::NoGradGuard no_grad;
+  at::Tensor total = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  for (const auto& g : grads) {
+    if (g.defined()) total.add_(g.detach().to(at::kFloat).pow(2).sum());
   }
-  std::vector<at::Tensor> grads;
-  grads.reserve(params_.size());
-  for (const auto& p : params_) grads.push_back(p.grad());
-  scaler_.unscale(grads);  // T1: unscaled before clipping
-  if (options_.clip_norm > 0) {
-    at::NoGradGuard no_grad;
-    at::Tensor total = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
-    for (const auto& g : grads) {
-      if (g.defined()) total.add_(g.detach().to(at::kFloat).pow(2).sum());
-    }
-    // No host read: the factor is clamped on the device, as torch.nn.utils.clip_grad_norm_ does.
-    const at::Tensor norm = total.sqrt();
-    const at::Tensor factor = (options_.clip_norm / (norm + 1e-6)).clamp_max(1.0);
-    at::Tensor clipped = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
-    for (const auto& g : grads) {
-      if (!g.defined()) continue;
-      const_cast<at::Tensor&>(g).mul_(factor);
-      clipped.add_(g.detach().to(at::kFloat).pow(2).sum());
-    }
-    sums_.grad_norm_max.copy_(at::maximum(sums_.grad_norm_max, norm));
-    sums_.clipped_norm_max.copy_(at::maximum(sums_.clipped_norm_max, clipped.sqrt()));
+  const at::Tensor norm = total.sqrt();
+  const at::Tensor factor = (options_.clip_norm / (norm + 1e-6)).clamp_max(1.0);
+  at::Tensor clipped = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  for (const auto& g : grads) {
+    if (!g.defined()) continue;
+    const_cast<at::Tensor&>(g).mul_(factor);
+    clipped.add_(g.detach().to(at::kFloat).pow(2).sum());
   }
-  // The one host read of the step: are loss and gradients finite (needed to skip the step).
+  sums_.grad_norm_max.copy_(at::maximum(sums_.grad_norm_max, norm));
+  sums_.clipped_norm_max.copy_(at::maximum(sums_.clipped_norm_max, clipped.sqrt()));
+}
+
+// The one host read of the step: are loss and gradients finite (needed to skip the step). Under
+// data parallel the ranks decide together: [any rank non-finite, any rank asked to stop], one
+// small all-reduce and still one host read per step.
+bool TrainStep::vote(const std::vector<at::Tensor>& grads, bool stop_requested, Result* result) {
   std::vector<at::Tensor> checked = grads;
   checked.push_back(sums_.loss_sum);
-  Result result;
-  bool finite = true;
-  if (comm_ != nullptr) {
-    // Ranks decide together: [any rank non-finite, any rank asked to stop], one small
-    // all-reduce and still one host read per step.
-    at::NoGradGuard no_grad;
-    at::Tensor flags = at::zeros({2}, at::TensorOptions().dtype(at::kFloat).device(device_));
-    at::Tensor ok = at::ones({}, at::TensorOptions().dtype(at::kBool).device(device_));
-    for (const auto& t : checked) {
-      if (t.defined()) ok = at::logical_and(ok, at::isfinite(t).all());
-    }
-    flags[0] = at::logical_not(ok).to(at::kFloat);
-    flags[1] = stop_requested ? 1.0 : 0.0;
-    lap(Phase::kOptimizer);  // unscale, clipping, the finiteness reductions
-    comm_->all_reduce_sum(flags);
-    lap(Phase::kCommunication);
-    const std::vector<double> host = host_values(flags, HostRead::kStepVote);
-    finite = host[0] == 0.0;
-    result.stop_agreed = host[1] > 0.0;
-  } else {
+  if (comm_ == nullptr) {
     lap(Phase::kOptimizer);  // unscale, clipping
-    finite = all_finite(checked);  // its reductions and the read
-    result.stop_agreed = stop_requested;
+    result->stop_agreed = stop_requested;
+    return all_finite(checked);  // its reductions and the read
   }
-  lap(Phase::kHostSync);
-  result.taken = scaler_.update(!finite);
-  if (result.taken) {
-    if (before_update) before_update(names_, grads);
-    optimizer_.step(lr, momentum);
-    counters_.bad_in_row = 0;
-  } else {
-    ++counters_.skipped_steps;
-    ++counters_.bad_in_row;
-    std::vector<std::string> names = {"loss"};
-    std::vector<at::Tensor> tensors = {sums_.loss_sum};
-    names.insert(names.end(), names_.begin(), names_.end());
-    tensors.insert(tensors.end(), grads.begin(), grads.end());
-    const std::string bad = first_non_finite(names, tensors);
-    const std::string what = bad == "loss" ? "the loss" : "the gradient of " + bad;
-    if (counters_.bad_in_row >= options_.max_bad_steps) {
-      optimizer_.zero_grad();
-      throw diverged("training diverged: {} is not finite at step {} ({} bad steps in a row, train.max_bad_steps = "
-                     "{}); the last good checkpoint in {} is intact",
-                     what, step, counters_.bad_in_row, options_.max_bad_steps, options_.checkpoint_dir);
-    }
-    log_warn("step {}: {} is not finite; step skipped{} ({} of {} allowed in a row)", step, what,
-             scaler_.enabled() ? fmt::format(", loss scale now {}", scaler_.scale()) : "", counters_.bad_in_row,
-             options_.max_bad_steps);
-    // The interval's metrics must not carry the non-finite values.
-    sums_.loss_sum.copy_(saved_loss_sum);
-    sums_.correct.copy_(saved_correct);
+  at::NoGradGuard no_grad;
+  at::Tensor flags = at::zeros({2}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  at::Tensor ok = at::ones({}, at::TensorOptions().dtype(at::kBool).device(device_));
+  for (const auto& t : checked) {
+    if (t.defined()) ok = at::logical_and(ok, at::isfinite(t).all());
   }
-  optimizer_.zero_grad();  // T10: set to none
-  lap(Phase::kOptimizer);
-  return result;
+  flags[0] = at::logical_not(ok).to(at::kFloat);
+  flags[1] = stop_requested ? 1.0 : 0.0;
+  lap(Phase::kOptimizer);  // unscale, clipping, the finiteness reductions
+  comm_->all_reduce_sum(flags);
+  lap(Phase::kCommunication);
+  const std::vector<double> host = host_values(flags, HostRead::kStepVote);
+  result->stop_agreed = host[1] > 0.0;
+  return host[0] == 0.0;
+}
+
+// A non-finite step: skipped and counted, naming the first non-finite tensor; max_bad_steps in
+// a row end the run (exit 3). The interval's metrics must not carry the non-finite values.
+void TrainStep::skip(int64_t step, const std::vector<at::Tensor>& grads, const Sums& saved) {
+  ++counters_.skipped_steps;
+  ++counters_.bad_in_row;
+  std::vector<std::string> names = {"loss"};
+  std::vector<at::Tensor> tensors = {sums_.loss_sum};
+  names.insert(names.end(), names_.begin(), names_.end());
+  tensors.insert(tensors.end(), grads.begin(), grads.end());
+  const std::string bad = first_non_finite(names, tensors);
+  const std::string what = bad == "loss" ? "the loss" : "the gradient of " + bad;
+  if (counters_.bad_in_row >= options_.max_bad_steps) {
+    optimizer_.zero_grad();
+    throw diverged("training diverged: {} is not finite at step {} ({} bad steps in a row, train.max_bad_steps = "
+                   "{}); the last good checkpoint in {} is intact",
+                   what, step, counters_.bad_in_row, options_.max_bad_steps, options_.checkpoint_dir);
+  }
+  log_warn("step {}: {} is not finite; step skipped{} ({} of {} allowed in a row)", step, what,
+           scaler_.enabled() ? fmt::format(", loss scale now {}", scaler_.scale()) : "", counters_.bad_in_row,
+           options_.max_bad_steps);
+  sums_.loss_sum.copy_(saved.loss_sum);
+  sums_.correct.copy_(saved.correct);
 }
 
 data::NormalizeOptions normalize_options(const JobConfig& job) {

@@ -42,7 +42,7 @@ TEST(ArrayInput, FloatFeaturesReachTheDeviceBitEqualAsNCHW) {
   const at::Tensor want = numpy_floats(d / "x.npy", {10, 3, 4, 5});
   std::shared_ptr<const ArraySource> src = load_array_source(d / "x.npy", d / "y.npy");
   ASSERT_EQ(src->spec().type, SampleType::kFeatures);
-  auto pipe = std::make_shared<ArrayPipeline>(src, 0.0f, 0);
+  auto pipe = std::make_shared<ArrayPipeline>(src, test::flip(0.0f), 0);
   // data.mean/std with 1 value for 3 channels in the wrong units: not used, not checked.
   const NormalizeOptions norm{{72.0}, {90.0}, ValueRange::kUnit, ColorOrder::kRGB};
   for (int threads : {1, 3}) {
@@ -50,7 +50,7 @@ TEST(ArrayInput, FloatFeaturesReachTheDeviceBitEqualAsNCHW) {
       LoaderOptions o;
       o.batch_size = 4;
       o.threads = threads;
-      Loader loader(pipe, Sampler(10, /*shuffle=*/true, 11), o);
+      Loader loader(pipe, DistributedSampler(10, /*shuffle=*/true, 11), o);
       DeviceInput in(src->spec(), norm, c10::kCPU, channels_last);
       loader.start_epoch(2);
       int64_t seen = 0;
@@ -85,7 +85,7 @@ TEST(ArrayInput, SampleBatchCarriesFloatFeatures) {
                    "np.save('" + (d / "x.npy") + "', np.arange(3 * 8, dtype=np.float64).reshape(3, 8) - 4.5)\n"
                    "np.save('" + (d / "y.npy") + "', np.array([0, 1, 0], np.uint8))\n");
   std::shared_ptr<const ArraySource> src = load_array_source(d / "x.npy", d / "y.npy");
-  ArrayPipeline pipe(src, 0.0f, 0);
+  ArrayPipeline pipe(src, SampleTransforms{}, 0);
   const Batch b = sample_batch(pipe, 5);  // cycles: 0 1 2 0 1
   DeviceInput in(src->spec(), {{0.5}, {0.5}, ValueRange::kUnit}, c10::kCPU, true);
   const at::Tensor x = in.images(b);
@@ -121,7 +121,7 @@ TEST(ArrayInput, Uint8ArraysAreNormalisedLikeImages) {
                    "np.save('" + (d / "x.npy") + "', x)\n"
                    "np.save('" + (d / "y.npy") + "', np.array([1, 0]))\n");
   std::shared_ptr<const ArraySource> src = load_array_source(d / "x.npy", d / "y.npy");
-  const Batch b = sample_batch(ArrayPipeline(src, 0.0f, 0), 2);
+  const Batch b = sample_batch(ArrayPipeline(src, test::flip(0.0f), 0), 2);
   DeviceInput in(src->spec(), {{0.5, 0.5, 0.5}, {0.25, 0.25, 0.25}, ValueRange::kUnit}, c10::kCPU, false);
   const at::Tensor want =
       ((at::arange(24, at::kFloat).view({2, 2, 2, 3}).permute({0, 3, 1, 2}) * 10 / 255.0) - 0.5) / 0.25;

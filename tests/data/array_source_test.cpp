@@ -126,7 +126,7 @@ TEST(ArraySource, ChannelsLastRgbAndTheArrayPipelineFlip) {
   // hflip = 1 flips every training sample, as for IDX images.
   const std::string flipped = test::run_python("import numpy as np\nprint(np.load('" + (d / "flipped.npy") +
                                                "').tobytes().hex())\n");
-  ArrayPipeline p(s, 1.0f, 7);
+  ArrayPipeline p(s, test::flip(1.0f), 7);
   std::vector<uint8_t> dst(36);
   EXPECT_EQ(p.produce(1, 0, dst.data()), 0);
   const std::vector<uint8_t> want = unhex(flipped);
@@ -166,7 +166,7 @@ TEST(ArraySource, FloatFeaturesAreFloat32AsStored) {
     expect_samples(*s, e, f);
     // Float features are never flipped: ArrayPipeline copies them as they are.
     auto shared = std::shared_ptr<const ArraySource>(std::move(s));
-    ArrayPipeline p(shared, 0.0f, 1);
+    ArrayPipeline p(shared, test::flip(0.0f), 1);
     std::vector<uint8_t> dst(120);
     p.produce(3, 0, dst.data());
     EXPECT_EQ(0, std::memcmp(dst.data(), e.bytes.data() + 3 * 120, 120)) << f;
@@ -329,7 +329,7 @@ TEST(ArraySource, MultiLabelTargetsAreTheArrayRowsInEveryBatch) {
   LoaderOptions lo;
   lo.batch_size = 4;
   lo.threads = 2;
-  Loader loader(std::make_shared<ArrayPipeline>(s, 0.5f, 1), Sampler(11, true, 5, {1, 0, false}), lo);
+  Loader loader(std::make_shared<ArrayPipeline>(s, test::flip(0.5f), 1), DistributedSampler(11, true, 5, {1, 0, false}), lo);
   loader.start_epoch(1);
   int64_t seen = 0;
   while (auto b = loader.next()) {

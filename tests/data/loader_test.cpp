@@ -52,14 +52,14 @@ LoaderOptions opts(int threads) {
 }
 
 std::shared_ptr<const SamplePipeline> flipping(std::shared_ptr<const Source> src) {
-  return std::make_shared<ArrayPipeline>(std::move(src), 0.5f, 99);
+  return std::make_shared<ArrayPipeline>(std::move(src), test::flip(0.5f), 99);
 }
 
 // Law 1: thread timing never changes what a batch holds.
 TEST(Loader, SameBatchesForOneAndFourThreads) {
   auto src = make_source(1000);
-  Loader one(flipping(src), Sampler(1000, true, 5), opts(1));
-  Loader four(flipping(src), Sampler(1000, true, 5), opts(4));
+  Loader one(flipping(src), DistributedSampler(1000, true, 5), opts(1));
+  Loader four(flipping(src), DistributedSampler(1000, true, 5), opts(4));
   for (int64_t e : {0, 1}) {
     auto a = epoch(one, e), b = epoch(four, e);
     ASSERT_EQ(a.size(), 32u);  // 31 full batches and one of 8
@@ -75,7 +75,7 @@ TEST(Loader, SameBatchesForOneAndFourThreads) {
 
 TEST(Loader, FlipsAboutHalfAndMirrorsRows) {
   auto src = make_source(400);
-  Loader l(flipping(src), Sampler(400, false, 0), opts(2));
+  Loader l(flipping(src), DistributedSampler(400, false, 0), opts(2));
   int flipped = 0;
   for (const auto& b : epoch(l, 0)) {
     for (int64_t k = 0; k < b.size(); ++k) {
@@ -95,7 +95,7 @@ TEST(Loader, FlipsAboutHalfAndMirrorsRows) {
 
 TEST(Loader, ResumedPositionContinuesTheEpoch) {
   auto src = make_source(500);
-  Loader l(flipping(src), Sampler(500, true, 3), opts(3));
+  Loader l(flipping(src), DistributedSampler(500, true, 3), opts(3));
   auto full = epoch(l, 2);
   auto tail = epoch(l, 2, 5);
   ASSERT_EQ(tail.size(), full.size() - 5);
@@ -107,11 +107,11 @@ TEST(Loader, ResumedPositionContinuesTheEpoch) {
 
 TEST(Loader, RestartingMidEpochDiscardsBatchesInFlight) {
   auto src = make_source(2000);
-  Loader l(flipping(src), Sampler(2000, true, 3), opts(4));
+  Loader l(flipping(src), DistributedSampler(2000, true, 3), opts(4));
   l.start_epoch(0);
   l.next();  // leave prefetched batches of epoch 0 in flight
   auto e1 = epoch(l, 1);
-  Loader fresh(flipping(src), Sampler(2000, true, 3), opts(1));
+  Loader fresh(flipping(src), DistributedSampler(2000, true, 3), opts(1));
   auto expect = epoch(fresh, 1);
   ASSERT_EQ(e1.size(), expect.size());
   for (size_t i = 0; i < e1.size(); ++i) EXPECT_EQ(e1[i].pixels, expect[i].pixels);
@@ -134,7 +134,7 @@ class FailingSource : public Source {
 };
 
 TEST(Loader, WorkerErrorReachesTheConsumer) {
-  Loader l(flipping(std::make_shared<FailingSource>()), Sampler(100, false, 0), opts(2));
+  Loader l(flipping(std::make_shared<FailingSource>()), DistributedSampler(100, false, 0), opts(2));
   l.start_epoch(0);
   int ok = 0;
   try {
@@ -154,10 +154,10 @@ TEST(Loader, RanksCoverTheDataSetInDisjointShardsX1) {
     for (bool drop : {false, true}) {
       const int64_t world = 4;
       auto src = make_source(n);
-      const std::vector<int64_t> full = Sampler(n, true, 7).epoch_order(2);
+      const std::vector<int64_t> full = DistributedSampler(n, true, 7).epoch_order(2);
       std::vector<int64_t> seen;
       for (int64_t rank = 0; rank < world; ++rank) {
-        Loader l(flipping(src), Sampler(n, true, 7, Sampler::Shard{world, rank, drop}), opts(2));
+        Loader l(flipping(src), DistributedSampler(n, true, 7, Sampler::Shard{world, rank, drop}), opts(2));
         const int64_t share = drop ? n / world : (n + world - 1) / world;
         EXPECT_EQ(l.sampler().num_samples(), share);
         EXPECT_EQ(l.batches_per_epoch(), (share + 31) / 32);
@@ -222,7 +222,7 @@ class ThreadRecordingPipeline : public SamplePipeline {
 
 TEST(Loader, OnePersistentPoolAcrossEpochsD8) {
   auto recording = std::make_shared<ThreadRecordingPipeline>(flipping(make_source(300)));
-  Loader l(recording, Sampler(300, true, 1), opts(3));
+  Loader l(recording, DistributedSampler(300, true, 1), opts(3));
   for (int e = 0; e < 6; ++e) epoch(l, e);
   const std::set<int64_t> first = recording->tids(0);
   EXPECT_GT(first.size(), 1u) << "epoch 0 ran on one thread only";
@@ -260,7 +260,7 @@ TEST(Loader, PrefetchBoundsWorkAheadD10) {
   LoaderOptions o = opts(4);
   o.batch_size = 10;
   o.prefetch = 3;
-  Loader l(std::make_shared<ArrayPipeline>(src, 0.0f, 0), Sampler(1000, false, 0), o);
+  Loader l(std::make_shared<ArrayPipeline>(src, test::flip(0.0f), 0), DistributedSampler(1000, false, 0), o);
   // Waits until `n` samples were read (or 10 s), then a little longer to see that no more are.
   auto settles_at = [&](int64_t n) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -299,7 +299,7 @@ TEST(Loader, SkipPolicyLeavesBadSamplesOutAndNamesThemD5) {
   LoaderOptions o = opts(3);
   o.batch_size = 16;
   o.bad_samples = BadSamplePolicy::kSkip;
-  Loader l(std::make_shared<BrokenPipeline>(), Sampler(64, false, 0), o);
+  Loader l(std::make_shared<BrokenPipeline>(), DistributedSampler(64, false, 0), o);
   auto batches = epoch(l, 0);
   ASSERT_EQ(batches.size(), 4u);
   EXPECT_EQ(batches[0].size(), 15);
@@ -316,7 +316,7 @@ TEST(Loader, SkipPolicyLeavesBadSamplesOutAndNamesThemD5) {
 TEST(Loader, FailPolicyStopsNamingTheSampleD5) {
   LoaderOptions o = opts(2);
   o.batch_size = 16;
-  Loader l(std::make_shared<BrokenPipeline>(), Sampler(64, false, 0), o);
+  Loader l(std::make_shared<BrokenPipeline>(), DistributedSampler(64, false, 0), o);
   l.start_epoch(0);
   try {
     while (l.next()) {
@@ -362,7 +362,7 @@ TEST(Loader, ThreadChoiceRuleIsTheSmallestCountWithinTenPercentOfTheBestD10) {
 
 TEST(Loader, ChoosesTheSmallestThreadCountWithinTenPercentOfTheBestD10) {
   auto src = make_source(2000);
-  const LoaderThreadChoice c = measure_loader_threads(ArrayPipeline(src, 0.5f, 1), 4);
+  const LoaderThreadChoice c = measure_loader_threads(ArrayPipeline(src, test::flip(0.5f), 1), 4);
   ASSERT_EQ(c.samples_per_s.size(), 4u);
   for (double r : c.samples_per_s) EXPECT_GT(r, 0.0);
   EXPECT_EQ(c.threads, smallest_within_ten_percent(c.samples_per_s)) << c.describe();
@@ -431,9 +431,9 @@ TEST(Loader, ChannelsFirstCollationIsTheTransposeOfNhwc) {
   auto src = std::make_shared<InMemorySource>(spec, px, std::vector<int64_t>(10, 1), "rgb");
   LoaderOptions o = opts(2);
   o.batch_size = 4;
-  Loader nhwc(std::make_shared<ArrayPipeline>(src, 0.0f, 0), Sampler(10, false, 0), o);
+  Loader nhwc(std::make_shared<ArrayPipeline>(src, test::flip(0.0f), 0), DistributedSampler(10, false, 0), o);
   o.channels_first = true;
-  Loader nchw(std::make_shared<ArrayPipeline>(src, 0.0f, 0), Sampler(10, false, 0), o);
+  Loader nchw(std::make_shared<ArrayPipeline>(src, test::flip(0.0f), 0), DistributedSampler(10, false, 0), o);
   auto a = epoch(nhwc, 0), b = epoch(nchw, 0);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_TRUE(b[0].channels_first);

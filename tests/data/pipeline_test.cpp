@@ -13,6 +13,7 @@
 #include "crucible/core/sha256.h"
 #include "crucible/data/loader.h"
 #include "crucible/data/sample_source.h"
+#include "crucible/data/sample_transform.h"
 #include "test_util.h"
 
 namespace crucible::data {
@@ -35,7 +36,7 @@ std::string run_digest(const std::shared_ptr<const SamplePipeline>& p, int threa
   o.batch_size = 8;
   o.threads = threads;
   o.prefetch = 3;
-  Sampler sampler(p->size(), true, 11);
+  DistributedSampler sampler(p->size(), true, 11);
   auto loader = std::make_unique<Loader>(p, sampler, o);
   Sha256 h;
   for (int64_t epoch = 0; epoch < 2; ++epoch) {
@@ -60,6 +61,7 @@ ImagePipelineOptions options(int crop) {
   ImagePipelineOptions o;
   o.crop = crop;
   o.augment_seed = 5;
+  o.transforms = test::flip(0.5f);
   return o;
 }
 
@@ -76,6 +78,47 @@ TEST(ImagePipeline, SameBatchesForAnyThreadCountAndAcrossRestore) {
 // "encoded" keeps the file bytes: pixels equal no cache. "decoded" keeps full-resolution
 // pixels, so its crops are resized from full resolution (no DCT scaling): its own digest,
 // identical whether a sample came from the cache or was decoded again.
+// The flip as a sample transform (issue 25's seam): folded into the resize that writes the crop
+// (RandomHorizontalFlip::fold_mirror), it writes the same bytes as the same transform applied
+// after the resize, in both layouts, drawing the same values from the sample's stream (law 1).
+class UnfoldedFlip final : public SampleTransform {
+ public:
+  explicit UnfoldedFlip(float p) : flip_(p) {}
+  void apply(ImageRef image, SampleRng& rng) const override { flip_.apply(image, rng); }
+  std::string describe() const override { return "unfolded " + flip_.describe(); }
+
+ private:
+  RandomHorizontalFlip flip_;
+};
+
+TEST(ImagePipeline, AFoldedFlipWritesTheBytesOfTheFlipAppliedAfterTheResize) {
+  test::TempDir d;
+  make_folder(d.path(), 12);
+  ImagePipelineOptions folded = options(24), applied = options(24), none = options(24);
+  applied.transforms = {std::make_shared<UnfoldedFlip>(0.5f)};
+  none.transforms.clear();
+  const std::shared_ptr<const SampleSource> source = open_image_folder(d.path());
+  const ImagePipeline a(source, folded), b(source, applied), c(source, none);
+  const size_t bytes = 24 * 24 * 3;
+  int flipped = 0;
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    for (int64_t i = 0; i < a.size(); ++i) {
+      std::vector<uint8_t> x(bytes), y(bytes), z(bytes);
+      a.produce(i, epoch, x.data());
+      b.produce(i, epoch, y.data());
+      c.produce(i, epoch, z.data());
+      EXPECT_EQ(x, y) << "sample " << i << " epoch " << epoch;
+      flipped += x != z;
+      a.produce_channels_first(i, epoch, x.data());
+      b.produce_channels_first(i, epoch, y.data());
+      EXPECT_EQ(x, y) << "planes of sample " << i << " epoch " << epoch;
+    }
+  }
+  EXPECT_GT(flipped, 6);  // about half of 36 are mirrored
+  EXPECT_LT(flipped, 30);
+  EXPECT_NE(a.describe().find("flip p=0.5"), std::string::npos) << a.describe();
+}
+
 TEST(ImagePipeline, CachesChangeNothingButSpeedD1) {
   test::TempDir d;
   make_folder(d.path(), 24);
@@ -248,7 +291,7 @@ class ThirstyPipeline : public SamplePipeline {
 TEST(Loader, OpenFileNeedIsCheckedAgainstUlimitD6) {
   LoaderOptions o;
   o.threads = 2;
-  test::expect_bad_input([&] { Loader(std::make_shared<ThirstyPipeline>(), Sampler(10, false, 0), o); },
+  test::expect_bad_input([&] { Loader(std::make_shared<ThirstyPipeline>(), DistributedSampler(10, false, 0), o); },
                          {"ulimit -n", "open files"});
 }
 

@@ -27,14 +27,14 @@ TEST(Sampler, OrderEqualsPytorchDistributedSampler) {
   while (in >> n >> seed >> epoch) {
     std::vector<int64_t> expect(static_cast<size_t>(n));
     for (auto& v : expect) in >> v;
-    EXPECT_EQ(Sampler(n, true, static_cast<uint64_t>(seed)).epoch_order(epoch), expect) << n << " " << seed << " " << epoch;
+    EXPECT_EQ(DistributedSampler(n, true, static_cast<uint64_t>(seed)).epoch_order(epoch), expect) << n << " " << seed << " " << epoch;
     ++cases;
   }
   EXPECT_EQ(cases, 3);
 }
 
 TEST(Sampler, EpochsDifferAndArePermutations) {
-  Sampler s(500, true, 1);
+  DistributedSampler s(500, true, 1);
   auto a = s.epoch_order(0), b = s.epoch_order(1);
   EXPECT_NE(a, b);  // X1: no set_epoch to forget
   EXPECT_EQ(a, s.epoch_order(0));
@@ -42,7 +42,7 @@ TEST(Sampler, EpochsDifferAndArePermutations) {
   std::vector<int64_t> iota(500);
   std::iota(iota.begin(), iota.end(), 0);
   EXPECT_EQ(a, iota);
-  EXPECT_EQ(Sampler(5, false, 1).epoch_order(3), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(DistributedSampler(5, false, 1).epoch_order(3), (std::vector<int64_t>{0, 1, 2, 3, 4}));
 }
 
 // X1: every rank's share, padded or truncated, equals DistributedSampler's over a grid that
@@ -68,7 +68,7 @@ TEST(Sampler, ShardsEqualPytorchDistributedSamplerGridX1) {
   while (in >> n >> world >> rank >> shuffle >> drop >> seed >> epoch >> len >> count) {
     std::vector<int64_t> expect(static_cast<size_t>(count));
     for (auto& v : expect) in >> v;
-    const Sampler s(n, shuffle != 0, static_cast<uint64_t>(seed), Sampler::Shard{world, rank, drop != 0});
+    const DistributedSampler s(n, shuffle != 0, static_cast<uint64_t>(seed), Sampler::Shard{world, rank, drop != 0});
     const std::string what = "n=" + std::to_string(n) + " world=" + std::to_string(world) + " rank=" +
                              std::to_string(rank) + " shuffle=" + std::to_string(shuffle) + " drop_last=" +
                              std::to_string(drop) + " seed=" + std::to_string(seed) + " epoch=" + std::to_string(epoch);
@@ -81,15 +81,15 @@ TEST(Sampler, ShardsEqualPytorchDistributedSamplerGridX1) {
 }
 
 TEST(Sampler, ShardOptionsAreValidatedX1) {
-  test::expect_bad_input([] { Sampler(10, true, 0, Sampler::Shard{0, 0, false}); }, {"num_replicas", "0"});
-  test::expect_bad_input([] { Sampler(10, true, 0, Sampler::Shard{4, 4, false}); }, {"rank", "[0, 4)", "found 4"});
-  test::expect_bad_input([] { Sampler(10, true, 0, Sampler::Shard{4, -1, false}); }, {"rank", "found -1"});
-  const Sampler s(10, true, 0, Sampler::Shard{3, 2, true});
+  test::expect_bad_input([] { DistributedSampler(10, true, 0, Sampler::Shard{0, 0, false}); }, {"num_replicas", "0"});
+  test::expect_bad_input([] { DistributedSampler(10, true, 0, Sampler::Shard{4, 4, false}); }, {"rank", "[0, 4)", "found 4"});
+  test::expect_bad_input([] { DistributedSampler(10, true, 0, Sampler::Shard{4, -1, false}); }, {"rank", "found -1"});
+  const DistributedSampler s(10, true, 0, Sampler::Shard{3, 2, true});
   EXPECT_EQ(s.shard().num_replicas, 3);
   EXPECT_EQ(s.shard().rank, 2);
   EXPECT_TRUE(s.shard().drop_last);
   EXPECT_EQ(s.num_samples(), 3);
-  EXPECT_EQ(Sampler(10, true, 0).num_samples(), 10);
+  EXPECT_EQ(DistributedSampler(10, true, 0).num_samples(), 10);
 }
 
 }  // namespace

@@ -46,12 +46,6 @@ std::vector<std::string> tb_run(const test::TempDir& d, int max_steps, std::init
   return cmd;
 }
 
-json read_back(const std::string& dir) {
-  return json::parse(test::run_python("import runpy, sys\n"
-                                      "sys.argv = ['read_tfevents.py', '" + dir + "']\n"
-                                      "runpy.run_path('" CRUCIBLE_TEST_SUPPORT_DIR "/read_tfevents.py', run_name='__main__')\n"));
-}
-
 std::vector<json> read_jsonl(const std::string& path) {
   std::vector<json> out;
   std::istringstream in(test::read_text(path));
@@ -83,7 +77,7 @@ std::map<std::string, int64_t> parameter_sizes(const std::string& run) {
 
 // Every scalar equals metrics.jsonl, one per (tag, step), and the histograms are complete.
 void expect_tb_matches_run(const std::string& run, int64_t last_step, size_t sessions) {
-  const json tb = read_back(run + "/tb");
+  const json tb = test::read_tfevents(run + "/tb");
   std::map<std::pair<std::string, int64_t>, double> scalars;
   for (const auto& s : tb["scalars"]) {
     const auto key = std::make_pair(s[0].get<std::string>(), s[1].get<int64_t>());

@@ -10,7 +10,7 @@
 #include "crucible/core/compat.h"
 #include "crucible/core/error.h"
 #include "crucible/nn/mode_guard.h"
-#include "crucible/train/trainer.h"
+#include "crucible/train/job.h"
 
 namespace crucible::nn {
 namespace {

@@ -29,12 +29,6 @@ std::vector<std::string> event_files(const std::string& dir) {
   return files;
 }
 
-json read_back(const std::string& dir) {
-  return json::parse(test::run_python("import runpy, sys\n"
-                                      "sys.argv = ['read_tfevents.py', '" + dir + "']\n"
-                                      "runpy.run_path('" CRUCIBLE_TEST_SUPPORT_DIR "/read_tfevents.py', run_name='__main__')\n"));
-}
-
 TEST(Crc32c, PublishedCheckValues) {
   EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
   const std::string zeros(32, '\0'), ones(32, '\xff');
@@ -60,7 +54,7 @@ TEST(TensorBoard, AnIndependentReaderReadsBackWhatWasWritten) {
     w.histogram("weight/fc.weight", 10, h, 1.0e9);
     w.flush();
   }
-  const json r = read_back(dir);
+  const json r = test::read_tfevents(dir);
   ASSERT_EQ(r["files"].size(), 1u);
   EXPECT_EQ(r["versions"], json::array({"brain.Event:2"}));
   ASSERT_EQ(r["scalars"].size(), 3u);
@@ -91,7 +85,7 @@ TEST(TensorBoard, HyperparametersAreTypedValuesForTheHParamsTab) {
                     {"eval/test_acc"}, 20, 1.0e9);
     w.hparams_end(30, 1.5e9);
   }
-  const json r = read_back(dir);
+  const json r = test::read_tfevents(dir);
   ASSERT_EQ(r["hparams"].size(), 3u) << r.dump();
   EXPECT_EQ(r["hparams"][0][0], "_hparams_/experiment");
   EXPECT_EQ(r["hparams"][0][1], 20);
@@ -124,14 +118,14 @@ TEST(TensorBoard, ADamagedRecordIsNamedByFileAndOffsetATornTailIsDropped) {
   EXPECT_TRUE(torn);
   truncate_events(dir, 100);  // rewrites without the torn tail
   EXPECT_EQ(test::read_text(path), good);
-  EXPECT_NO_THROW(read_back(dir));
+  EXPECT_NO_THROW(test::read_tfevents(dir));
 
   // One flipped bit in the last record's payload.
   std::string bad = good;
   bad[bad.size() - 6] ^= 0x01;
   test::write_text(path, bad);
   test::expect_bad_input([&] { read_event_records(path); }, {"events.out.tfevents.", "CRC-32C does not match", "byte "});
-  EXPECT_ANY_THROW(read_back(dir));  // the independent reader refuses it too
+  EXPECT_ANY_THROW(test::read_tfevents(dir));  // the independent reader refuses it too
 }
 
 TEST(TensorBoard, TruncationKeepsTheEventsUpToTheResumedStep) {
@@ -153,7 +147,7 @@ TEST(TensorBoard, TruncationKeepsTheEventsUpToTheResumedStep) {
   std::vector<int64_t> steps;
   for (const auto& e : read_event_records(files[0])) steps.push_back(event_step(e));
   EXPECT_EQ(steps, (std::vector<int64_t>{0, 0, 1, 2, 3, 4, 5, 6}));
-  const json r = read_back(dir);
+  const json r = test::read_tfevents(dir);
   EXPECT_EQ(r["texts"].size(), 1u);
   EXPECT_EQ(r["scalars"].size(), 6u);
 }

@@ -152,4 +152,11 @@ std::string crucible_binary() {
 #endif
 }
 
+nlohmann::json read_tfevents(const std::string& dir) {
+  return nlohmann::json::parse(run_python("import runpy, sys\n"
+                                          "sys.argv = ['read_tfevents.py', '" + dir + "']\n"
+                                          "runpy.run_path('" CRUCIBLE_TEST_SUPPORT_DIR
+                                          "/read_tfevents.py', run_name='__main__')\n"));
+}
+
 }  // namespace crucible::test

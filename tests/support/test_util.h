@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "crucible/core/error.h"
+#include "crucible/data/sample_transform.h"
 
 namespace crucible::test {
 
@@ -66,6 +69,16 @@ constexpr const char* kPython = "/usr/bin/python3";
 std::string run_python(const std::string& script);
 
 std::string read_text(const std::string& path);
+
+// The TensorBoard event files in `dir` as read by tests/support/read_tfevents.py (an independent
+// reader: Debian's protobuf and crc32c), as its JSON object.
+nlohmann::json read_tfevents(const std::string& dir);
+
+// A training pipeline's transforms with only a random horizontal flip of probability p (none for 0).
+inline data::SampleTransforms flip(float p) {
+  if (p <= 0) return {};
+  return {std::make_shared<data::RandomHorizontalFlip>(p)};
+}
 void write_text(const std::string& path, const std::string& text);
 
 // Path of the crucible program under test (set by CMake).

@@ -113,12 +113,12 @@ EvalResult evaluate(const Fixture& f, int64_t batch, distributed::Comm* comm = n
   std::vector<uint8_t> pixels(kSamples);
   for (int64_t i = 0; i < kSamples; ++i) pixels[static_cast<size_t>(i)] = static_cast<uint8_t>(i);
   auto source = std::make_shared<data::InMemorySource>(spec, pixels, f.labels, "logits fixture");
-  auto pipeline = std::make_shared<data::ArrayPipeline>(source, 0.0f, 0);
+  auto pipeline = std::make_shared<data::ArrayPipeline>(source, data::SampleTransforms{}, 0);
   data::LoaderOptions lo;
   lo.batch_size = batch;
   lo.threads = 1;
   // As the Trainer shards the test set: in order, padded (X2).
-  data::Loader loader(pipeline, data::Sampler(kSamples, false, 0, {ranks, rank, false}), lo);
+  data::Loader loader(pipeline, data::DistributedSampler(kSamples, false, 0, {ranks, rank, false}), lo);
   const data::DeviceInput input(spec, {{0.0}, {1.0}, data::ValueRange::kUnit}, c10::kCPU, false);
   TableModel model(f.table);
   LossSection ls;  // cross_entropy with label smoothing 0.1 for training; evaluation reports without
@@ -283,11 +283,11 @@ TEST(Evaluator, MultiLabelFiguresEqualAnOracle) {
   }
   auto source = std::make_shared<TargetSource>(targets, w);
   auto run = [&](int64_t batch, distributed::Comm* comm, int rank, int ranks) {
-    auto pipeline = std::make_shared<data::ArrayPipeline>(source, 0.0f, 0);
+    auto pipeline = std::make_shared<data::ArrayPipeline>(source, data::SampleTransforms{}, 0);
     data::LoaderOptions lo;
     lo.batch_size = batch;
     lo.threads = 1;
-    data::Loader loader(pipeline, data::Sampler(kSamples, false, 0, {ranks, rank, false}), lo);
+    data::Loader loader(pipeline, data::DistributedSampler(kSamples, false, 0, {ranks, rank, false}), lo);
     const data::DeviceInput input(source->spec(), {{0.0}, {1.0}, data::ValueRange::kUnit}, c10::kCPU, false);
     TableModel model(f.table);
     LossSection ls;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <utility>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -89,7 +90,10 @@ class Loader {
  public:
   // Throws bad_input for invalid options, and (D6) when `threads` readers would need more open
   // files than `ulimit -n` allows, saying what to raise it to.
-  Loader(std::shared_ptr<const SamplePipeline> pipeline, Sampler sampler, LoaderOptions options);
+  Loader(std::shared_ptr<const SamplePipeline> pipeline, std::shared_ptr<const Sampler> sampler,
+         LoaderOptions options);
+  Loader(std::shared_ptr<const SamplePipeline> pipeline, const DistributedSampler& sampler, LoaderOptions options)
+      : Loader(std::move(pipeline), std::make_shared<const DistributedSampler>(sampler), std::move(options)) {}
   // Cancels batches in flight and joins the pool.
   ~Loader();
   Loader(const Loader&) = delete;
@@ -98,7 +102,7 @@ class Loader {
   // Batches of this rank's share of an epoch (sampler().num_samples() indices).
   int64_t batches_per_epoch() const;
   const SamplePipeline& pipeline() const { return *pipeline_; }
-  const Sampler& sampler() const { return sampler_; }
+  const Sampler& sampler() const { return *sampler_; }
   const LoaderOptions& options() const { return options_; }
 
   // Serves epoch `epoch` starting at batch `first_batch` (a resumed position); batches of a
@@ -127,7 +131,7 @@ class Loader {
   void cancel_and_wait();
 
   std::shared_ptr<const SamplePipeline> pipeline_;
-  Sampler sampler_;
+  std::shared_ptr<const Sampler> sampler_;
   LoaderOptions options_;
 
   std::mutex mu_;

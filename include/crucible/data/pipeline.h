@@ -15,6 +15,7 @@
 
 #include "crucible/data/image.h"
 #include "crucible/data/sample_source.h"
+#include "crucible/data/sample_transform.h"
 #include "crucible/data/source.h"
 #include "crucible/data/transform.h"
 
@@ -41,11 +42,11 @@ class SamplePipeline {
   virtual void copy_targets(int64_t index, float* dst) const {}
 };
 
-// Fixed-size samples of a Source (IDX images in RAM, array files mapped), with a random
-// horizontal flip of uint8 images; float features are copied as they are (hflip must be 0).
+// Fixed-size samples of a Source (IDX images in RAM, array files mapped), with the sample
+// transforms applied to uint8 images; float features are copied as they are (no transforms).
 class ArrayPipeline final : public SamplePipeline {
  public:
-  ArrayPipeline(std::shared_ptr<const Source> source, float hflip, uint64_t augment_seed);
+  ArrayPipeline(std::shared_ptr<const Source> source, SampleTransforms transforms, uint64_t augment_seed);
   int64_t size() const override { return source_->size(); }
   ImageSpec output_spec() const override { return source_->spec(); }
   int64_t produce(int64_t index, int64_t epoch, uint8_t* dst) const override;
@@ -55,7 +56,7 @@ class ArrayPipeline final : public SamplePipeline {
 
  private:
   std::shared_ptr<const Source> source_;
-  float hflip_;
+  SampleTransforms transforms_;
   uint64_t seed_;
 };
 
@@ -67,12 +68,12 @@ const char* cache_mode_name(CacheMode mode);  // "none" | "encoded" | "decoded"
 
 struct ImagePipelineOptions {
   int crop = 224;             // output is crop × crop
-  bool train = true;          // RandomResizedCrop + flip; false: resize + centre crop, no flip
+  bool train = true;          // RandomResizedCrop + transforms; false: resize + centre crop, no transforms
   RandomResizedCropOptions rrc;
   // Evaluation: torchvision's Resize(int(crop / center_fraction)) + CenterCrop(crop) (for crop
   // 224: Resize(256) + CenterCrop(224)), see resize_centre_crop.
   double center_fraction = 0.875;
-  float hflip = 0.5;
+  SampleTransforms transforms;  // training: after the crop and resize, in order (a flip first is folded in)
   CacheMode cache = CacheMode::kNone;  // D1
   int64_t cache_bytes = 0;     // budget of the cache; samples past it are not cached
   ColorOrder order = ColorOrder::kRGB;  // D3: BGR only when asked for
@@ -81,7 +82,7 @@ struct ImagePipelineOptions {
 };
 
 // Encoded samples. Training: decode only the crop at the smallest sufficient DCT scale (D2),
-// resize to crop × crop with an antialiased filter, flip. Evaluation: decode the whole image at
+// resize to crop × crop with an antialiased filter, then the sample transforms. Evaluation: decode the whole image at
 // the smallest DCT scale that covers torchvision's Resize, resize, centre-crop. In the requested
 // channel order.
 class ImagePipeline final : public SamplePipeline {

@@ -47,6 +47,7 @@ struct DataSection {
   int64_t train_samples = 0;  // 0 = all
   int64_t test_samples = 0;   // 0 = all
   double hflip = 0.5;         // probability of a horizontal flip
+  std::string sampler = "distributed";  // the training order (train/data_recipe.cpp's sampler registry)
   std::vector<double> mean = {0.2860};
   std::vector<double> std = {0.3530};
   std::string mean_std_range = "unit";  // D4: the units of mean/std: "unit" (0-1) or "byte" (0-255)

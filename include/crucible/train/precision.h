@@ -31,6 +31,17 @@ struct Precision {
   bool operator!=(const Precision& o) const { return !(*this == o); }
 };
 
+// How the run's precision and memory format were decided (`train.precision`).
+struct PrecisionTiming {
+  Precision precision;  // fp32 | bf16, either memory format
+  double ms = 0;        // best time of one whole training step on a batch
+};
+struct PrecisionChoice {
+  Precision value;
+  std::string source;           // "configured" | "auto" (timed here) | "checkpoint" (a resumed run's)
+  std::vector<PrecisionTiming> timed;  // "auto": every candidate, in the order timed
+};
+
 // The configured precision for a mode other than auto (fp32 / bf16 / fp16).
 Precision configured_precision(PrecisionMode mode, bool channels_last);
 

@@ -34,10 +34,14 @@ class Comm;
 class GradSync;
 }  // namespace crucible::distributed
 
+namespace crucible::obs {
+class PhaseClock;
+enum class Phase;
+}
+
 namespace crucible::train {
 
 class GradScaler;
-class PhaseClock;
 struct GradScalerOptions;
 class Loss;
 
@@ -58,7 +62,7 @@ struct MicroBatchOptions {
   std::function<void(int64_t samples)> before_forward;
   // Called before each backward; `last` on the final micro-batch (gradient sync arms there).
   std::function<void(bool last)> before_backward;
-  PhaseClock* clock = nullptr;  // laps forward and backward when set
+  obs::PhaseClock* clock = nullptr;  // laps forward and backward when set
 };
 
 // What the step ran in, for the record (summary.json): the logits' dtype and whether the
@@ -125,7 +129,7 @@ class TrainStep {
   const MicroBatchRecord& ran() const { return ran_; }
   // The step-time breakdown's clock (the Trainer's): forward, backward, communication,
   // optimizer and host-sync laps. Null: not timed.
-  void set_clock(PhaseClock* clock) { clock_ = clock; }
+  void set_clock(obs::PhaseClock* clock) { clock_ = clock; }
   // Test seam (T16): called with each micro-batch's size before its forward.
   std::function<void(int64_t samples)> before_forward;
   // When set: called with the gradients the optimizer is about to apply (averaged over ranks,
@@ -134,6 +138,16 @@ class TrainStep {
   std::function<void(const std::vector<std::string>& names, const std::vector<at::Tensor>& grads)> before_update;
 
  private:
+  struct Sums {  // the interval's sums before this step (restored when it is retried or skipped)
+    at::Tensor loss_sum, correct;
+  };
+  void forward_backward(const at::Tensor& x, const at::Tensor& y, int64_t step,
+                        const std::vector<int64_t>& sample_ids, const Sums& saved);
+  void clip(const std::vector<at::Tensor>& grads);
+  bool vote(const std::vector<at::Tensor>& grads, bool stop_requested, Result* result);
+  void skip(int64_t step, const std::vector<at::Tensor>& grads, const Sums& saved);
+  void lap(obs::Phase phase);
+
   nn::Model& model_;
   const Loss& loss_;
   Optimizer& optimizer_;
@@ -147,7 +161,7 @@ class TrainStep {
   IntervalSums sums_;
   StepCounters counters_;
   MicroBatchRecord ran_;
-  PhaseClock* clock_ = nullptr;
+  obs::PhaseClock* clock_ = nullptr;
 };
 
 // T4 parameter groups: weight decay on weights, none on biases and normalisation weights (1-D

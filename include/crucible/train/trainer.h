@@ -1,8 +1,8 @@
-// The Trainer runs a whole job: data, model, optimizer and schedule from a JobConfig; resume
-// from the newest verified checkpoint; the training loop with metrics kept on the device
-// (law 2); evaluation after every epoch through EvalGuard (M1); checkpoints; and the run
-// folder (config.toml, metrics.jsonl, train.log, checkpoints/, summary.json).
-// Not thread-safe: one Trainer per process.
+// The Trainer is the loop: it assembles the job (job.h), resumes from the newest verified
+// checkpoint, then runs epochs of steps — batch transforms, TrainStep, step observers — with
+// metrics kept on the device (law 2), evaluation after every epoch through EvalGuard (M1),
+// checkpoints, and the run folder (config.toml, metrics.jsonl, train.log, checkpoints/,
+// summary.json) through its sinks. Not thread-safe: one Trainer per process.
 #pragma once
 
 #include <cstdint>
@@ -20,26 +20,12 @@ class Model;
 
 namespace crucible::train {
 
-struct PredictOptions;  // predict.h
-struct PredictSummary;
-
 struct TrainFlags {
   bool resume = false;   // require an existing run to continue (a rerun resumes anyway)
   bool restart = false;  // discard the run folder's checkpoints and metrics, start afresh
   // The default job, every key resolved (resolve_job_toml): <run>/report.html, written at every
   // checkpoint and at the end, highlights the keys that differ from it. Empty: no report.
   std::string report_defaults_toml;
-};
-
-// How the run's precision and memory format were decided (`train.precision`).
-struct PrecisionTiming {
-  Precision precision;  // fp32 | bf16, either memory format
-  double ms = 0;        // best time of one whole training step on a batch
-};
-struct PrecisionChoice {
-  Precision value;
-  std::string source;           // "configured" | "auto" (timed here) | "checkpoint" (a resumed run's)
-  std::vector<PrecisionTiming> timed;  // "auto": every candidate, in the order timed
 };
 
 struct TrainSummary {
@@ -73,19 +59,6 @@ class Trainer {
 
   TrainSummary run();
 
-  // `crucible eval`: the model of checkpoint `path` (default: the newest that verifies in the
-  // run folder) on the whole test set, without writing anything. Under data parallel the test
-  // set is sharded, per-sample results gathered and the padding dropped (X2), so the figures
-  // equal a single process's. Fills run_dir, test_acc, test_loss, steps, params_sha256.
-  TrainSummary evaluate_checkpoint(const std::string& path = "");
-
-  // `crucible predict` (predict.h): the model (options.checkpoint, default as above) on the
-  // whole test set, each sample's top-K classes and probabilities written by rank 0 to
-  // options.out atomically, in sample order; evaluated as evaluate_checkpoint does, so the
-  // file's top-1 accuracy equals its test_acc. bad_input for K < 1, an unknown extension or
-  // no checkpoint.
-  PredictSummary predict(const PredictOptions& options);
-
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -94,10 +67,6 @@ class Trainer {
 // The names in the model, loss and optimizer registries: the allowed values of model.name,
 // loss.name and optim.name (pass to bind_job_config).
 RegisteredNames registered_names();
-
-// SHA-256 over parameters then buffers in registration order: name, dtype, shape and the
-// values in C order (independent of memory format).
-std::string params_sha256(nn::Model& model);
 
 // Asks a running Trainer to stop at the next step boundary, checkpoint and return (SIGINT).
 void request_stop();

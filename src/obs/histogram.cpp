@@ -1,11 +1,11 @@
 // histogram_of (see histogram.h).
-#include "crucible/train/histogram.h"
+#include "crucible/obs/histogram.h"
 
 #include <ATen/ATen.h>
 
 #include "crucible/core/host_read.h"
 
-namespace crucible::train {
+namespace crucible::obs {
 
 obs::Histogram histogram_of(const at::Tensor& t, int bins) {
   at::NoGradGuard no_grad;
@@ -34,4 +34,4 @@ obs::Histogram histogram_of(const at::Tensor& t, int bins) {
   return h;
 }
 
-}  // namespace crucible::train
+}  // namespace crucible::obs

@@ -1,12 +1,12 @@
 // Step-time phases and the bottleneck verdict (see breakdown.h).
-#include "crucible/train/breakdown.h"
+#include "crucible/obs/breakdown.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
-namespace crucible::train {
+namespace crucible::obs {
 namespace {
 
 std::string percent(double share) {
@@ -182,4 +182,4 @@ Bottleneck diagnose(const PhaseSeconds& seconds, const BottleneckContext& c) {
   return b;
 }
 
-}  // namespace crucible::train
+}  // namespace crucible::obs

@@ -9,9 +9,9 @@
 
 #include <c10/core/Device.h>
 
-#include "crucible/train/breakdown.h"
+#include "crucible/obs/breakdown.h"
 
-namespace crucible::train {
+namespace crucible::obs {
 
 class PhaseClock {
  public:
@@ -36,4 +36,4 @@ class PhaseClock {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace crucible::train
+}  // namespace crucible::obs

@@ -1,28 +1,33 @@
 // Predictor and the prediction file formats (see predict.h).
-#include "crucible/train/predict.h"
+#include "crucible/commands/predict.h"
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "crucible/commands/inference.h"
 #include "crucible/core/compat.h"
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
+#include "crucible/core/log.h"
 #include "crucible/data/device_input.h"
 #include "crucible/data/loader.h"
-#include "crucible/distributed/comm.h"
 #include "crucible/nn/mode_guard.h"
 #include "crucible/nn/model.h"
+#include "crucible/train/gather.h"
 #include "crucible/train/loss.h"
 #include "crucible/train/step.h"
 
-namespace crucible::train {
+namespace crucible::commands {
+
+using namespace crucible::train;
 
 PredictFormat check_predict_options(const PredictOptions& options) {
   if (options.top_k < 1) throw bad_input("predict: --top {}: K must be at least 1", options.top_k);
@@ -142,18 +147,10 @@ Predictions Predictor::run(int64_t top_k) {
   const int64_t width = 2 + 2 * p.k + targets;
   const at::Tensor local =
       rows.empty() ? at::zeros({0, width}, at::TensorOptions().dtype(at::kDouble).device(device_)) : at::cat(rows);
-  at::Tensor all = comm_ != nullptr ? comm_->all_gather_varying(local) : local;
-  all = all.to(at::kCPU).contiguous();
-  const int64_t n = all.size(0);
-  const double* r = all.data_ptr<double>();
-  std::vector<std::pair<int64_t, int64_t>> order;  // (sample id, row)
-  order.reserve(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order.emplace_back(static_cast<int64_t>(r[width * i]), i);
-  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (i > 0 && order[i].first == order[i - 1].first) continue;  // X2: the sampler's padding
-    const double* row = r + width * order[i].second;
-    p.index.push_back(order[i].first);
+  const train::SampleRows all = train::gather_sample_rows(local, comm_);  // X2: padding dropped
+  for (size_t i = 0; i < all.size(); ++i) {
+    const double* row = all[i];
+    p.index.push_back(static_cast<int64_t>(row[0]));
     p.label.push_back(static_cast<int64_t>(row[1]));
     if (p.multi_label) {
       std::vector<int64_t> present;
@@ -168,4 +165,43 @@ Predictions Predictor::run(int64_t top_k) {
   return p;
 }
 
-}  // namespace crucible::train
+PredictSummary predict(const train::JobConfig& config, const PredictOptions& options) {
+  const PredictFormat format = check_predict_options(options);  // bad usage fails before any work
+  const bool config_weights = !config.model.init.empty() || config.model.name == "torchscript";
+  const InferenceJob ij = open_inference_job(
+      config, {"predict", options.checkpoint, config_weights,
+               "give --checkpoint FILE, the run's run.dir/run.name, or weights in the config (model.init = "
+               "\"weights.pt\", or model.name = \"torchscript\" with model.path)"});
+  train::Job& job = *ij.job;
+  PredictSummary s;
+  if (!ij.checkpoint.empty()) {
+    s.model = fmt::format("model of step {} from {}", ij.step, ij.checkpoint);
+  } else if (config.model.name == "torchscript" && config.model.init.empty()) {
+    s.model = fmt::format("TorchScript module {} as saved", config.model.path);
+  } else {
+    s.model = fmt::format("{} with model.init weights from {}", config.model.name, config.model.init);
+  }
+  job.sync_bn_buffers();  // M2, as evaluation
+  const auto t0 = std::chrono::steady_clock::now();
+  const Predictions p =
+      Predictor(*job.model, *job.test_loader, *job.input, *job.loss, job.precision.value, job.device, job.comm.get())
+          .run(options.top_k);
+  if (p.classes > 0 && p.k < options.top_k) {
+    log_info("predict: --top {} is more than the model's {} classes: each record lists all {}", options.top_k,
+             p.classes, p.k);
+  }
+  if (job.main_rank()) write_predictions(options.out, p, format);  // law 4
+  s.out = options.out;
+  s.samples = p.size();
+  s.k = p.k;
+  s.classes = p.classes;
+  s.step = ij.step;
+  s.top1_acc = p.top1_accuracy();
+  s.topk_acc = p.topk_accuracy();
+  log_info("predict: {} samples in {:.1f} s{}", s.samples,
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+           job.comm ? fmt::format(" over {} ranks", job.world.size) : std::string());
+  return s;
+}
+
+}  // namespace crucible::commands

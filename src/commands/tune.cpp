@@ -1,5 +1,5 @@
 // tune_batch: doubling, then bisection, over one real training step (TrialStep) per try.
-#include "crucible/train/tune.h"
+#include "crucible/commands/tune.h"
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
@@ -16,7 +16,9 @@
 #include "crucible/train/data_setup.h"
 #include "crucible/train/step.h"
 
-namespace crucible::train {
+namespace crucible::commands {
+
+using namespace crucible::train;
 namespace {
 
 bool out_of_memory(const std::exception& e) {
@@ -96,4 +98,4 @@ TuneResult tune_batch(const JobConfig& job, int64_t budget_bytes, int64_t max_ba
   return result;
 }
 
-}  // namespace crucible::train
+}  // namespace crucible::commands

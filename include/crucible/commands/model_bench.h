@@ -14,7 +14,7 @@
 #include "crucible/train/job_config.h"
 #include "crucible/train/precision.h"
 
-namespace crucible::train {
+namespace crucible::commands {
 
 struct ModelBenchOptions {
   int64_t batch = 0;           // 0: train.batch_size
@@ -25,7 +25,7 @@ struct ModelBenchOptions {
 };
 
 struct ModelBenchRow {
-  Precision precision;
+  train::Precision precision;
   std::string what;  // "forward" | "train_step"
   int runs = 0;      // counted
   double median_ms = 0, p90_ms = 0, min_ms = 0;
@@ -48,6 +48,6 @@ struct ModelBenchResult {
 // default); `ms` must not be empty.
 double percentile(std::vector<double> ms, double p);
 
-ModelBenchResult bench_model(const JobConfig& job, const ModelBenchOptions& options);
+ModelBenchResult bench_model(const train::JobConfig& job, const ModelBenchOptions& options);
 
-}  // namespace crucible::train
+}  // namespace crucible::commands

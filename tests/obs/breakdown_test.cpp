@@ -1,10 +1,10 @@
 // The bottleneck verdict (T12, X6): each group of phases wins when it dominates the step, the
 // threshold holds, and the fix names the setting that would help for what the run knows.
-#include "crucible/train/breakdown.h"
+#include "crucible/obs/breakdown.h"
 
 #include <gtest/gtest.h>
 
-namespace crucible::train {
+namespace crucible::obs {
 namespace {
 
 PhaseSeconds phases(double wait, double transfer, double fwd, double bwd, double comm, double opt, double host,
@@ -103,4 +103,4 @@ TEST(Breakdown, TheLargestOverheadWins) {
 }
 
 }  // namespace
-}  // namespace crucible::train
+}  // namespace crucible::obs

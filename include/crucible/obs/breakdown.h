@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-namespace crucible::train {
+namespace crucible::obs {
 
 enum class Phase {
   kDataWait,       // the loader did not have the next batch
@@ -86,4 +86,4 @@ constexpr double kBoundShare = 0.20;
 
 Bottleneck diagnose(const PhaseSeconds& seconds, const BottleneckContext& context);
 
-}  // namespace crucible::train
+}  // namespace crucible::obs

@@ -1,10 +1,10 @@
 // bench model's statistics: the p-th percentile interpolates between order statistics as
 // NumPy's default does (numpy.percentile([1, 2, 3, 4], 90) == 3.7).
-#include "crucible/train/model_bench.h"
+#include "crucible/commands/model_bench.h"
 
 #include <gtest/gtest.h>
 
-namespace crucible::train {
+namespace crucible::commands {
 namespace {
 
 TEST(ModelBench, PercentilesAreNumpysX9) {
@@ -18,4 +18,4 @@ TEST(ModelBench, PercentilesAreNumpysX9) {
 }
 
 }  // namespace
-}  // namespace crucible::train
+}  // namespace crucible::commands

@@ -18,7 +18,7 @@
 
 #include <c10/core/Device.h>
 
-namespace crucible::train {
+namespace crucible::obs {
 
 struct LayerTime {
   std::string name;  // the layer's module name ("conv1", "layer3"), or kOutsideLayers
@@ -49,4 +49,4 @@ class LayerProfiler {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace crucible::train
+}  // namespace crucible::obs

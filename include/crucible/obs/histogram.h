@@ -9,9 +9,9 @@ namespace at {
 class Tensor;
 }
 
-namespace crucible::train {
+namespace crucible::obs {
 
 // Non-finite values are left out. An empty tensor gives an empty histogram.
 obs::Histogram histogram_of(const at::Tensor& t, int bins = 30);
 
-}  // namespace crucible::train
+}  // namespace crucible::obs

@@ -10,6 +10,7 @@
 
 #include <c10/core/Device.h>
 
+#include "crucible/train/job_config.h"
 #include "crucible/train/precision.h"
 
 namespace crucible::nn {
@@ -24,8 +25,10 @@ class Comm;
 }
 
 namespace crucible::train {
-
 class Loss;
+}
+
+namespace crucible::commands {
 
 struct PredictOptions {
   std::string out;         // the file to write: ".jsonl" or ".csv" (anything else is bad_input)
@@ -73,8 +76,8 @@ void write_predictions(const std::string& path, const Predictions& p, PredictFor
 class Predictor {
  public:
   // Everything must outlive the predictor; `comm` is null in a single process. Not thread-safe.
-  Predictor(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Loss& loss,
-            const Precision& precision, c10::Device device, distributed::Comm* comm = nullptr);
+  Predictor(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const train::Loss& loss,
+            const train::Precision& precision, c10::Device device, distributed::Comm* comm = nullptr);
   // One pass over the loader (epoch 0). Under data parallel every rank returns the whole set.
   Predictions run(int64_t top_k);
 
@@ -82,11 +85,20 @@ class Predictor {
   nn::Model& model_;
   data::Loader& loader_;
   const data::DeviceInput& input_;
-  const Loss& loss_;
-  Precision precision_;
+  const train::Loss& loss_;
+  train::Precision precision_;
   c10::Device device_;
   distributed::Comm* comm_;
 };
+
+struct PredictSummary;
+
+// `crucible predict`: the model (options.checkpoint; default: the newest checkpoint that
+// verifies in the run folder, else the config's own weights) on the whole test set, each
+// sample's top-K classes and probabilities written by rank 0 to options.out atomically, in
+// sample order; run as `crucible eval` runs it, so the file's top-1 accuracy equals its
+// test_acc. bad_input for K < 1, an unknown extension or no model, before any work.
+PredictSummary predict(const train::JobConfig& config, const PredictOptions& options);
 
 struct PredictSummary {
   std::string out;    // the file written (by rank 0)
@@ -99,4 +111,4 @@ struct PredictSummary {
   double topk_acc = 0;
 };
 
-}  // namespace crucible::train
+}  // namespace crucible::commands

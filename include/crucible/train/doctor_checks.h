@@ -1,8 +1,8 @@
-// `crucible doctor`: checks the machine and the job before a long run, each check with a
+// The checks of the machine and the job that every run records (summary.json "doctor", the
+// report's environment) and `crucible doctor` (commands/doctor.h) starts from: each check with a
 // verdict, what it found and the fix. A check fails when it would make the run fail or waste
-// most of its time (threads oversubscribing the cores, a `ulimit -n` below what the loader will
-// open); it warns when the run would work but worse. Rank-free: run it on the machine that will
-// train, with the job's config.
+// most of its time; it warns when the run would work but worse. They measure nothing and open no
+// data: milliseconds.
 #pragma once
 
 #include <string>
@@ -28,13 +28,17 @@ struct DoctorReport {
 };
 
 // `local_ranks`: processes that will share this machine (crucible launch --nproc; 1 alone).
-DoctorReport run_doctor(const JobConfig& job, int local_ranks);
-
-// The checks that measure nothing and open no data (cores, memory, libtorch, bf16 hardware from
-// /proc/cpuinfo, CUDA): milliseconds, so every run records them (summary.json "doctor", the
-// report's environment).
+// The quick checks: cores, memory, libtorch, bf16 hardware from /proc/cpuinfo, CUDA.
 DoctorReport run_doctor_quick(const JobConfig& job, int local_ranks);
 // The checks as a JSON array text ([{"name", "status", "found", "fix"}, …]).
 std::string doctor_checks_json(const DoctorReport& report);
+
+// The single checks, for `crucible doctor`'s fuller list.
+DoctorCheck doctor_check(const char* name);  // named, ok, nothing found yet
+DoctorCheck check_cores(const JobConfig& job, int local_ranks);
+DoctorCheck check_memory(int local_ranks);
+DoctorCheck check_libtorch();
+DoctorCheck check_cuda();
+std::string gib(double bytes);  // "1.5 GiB" / "300.0 MiB"
 
 }  // namespace crucible::train

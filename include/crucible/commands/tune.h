@@ -10,7 +10,7 @@
 
 #include "crucible/train/job_config.h"
 
-namespace crucible::train {
+namespace crucible::commands {
 
 struct TuneTry {
   int64_t batch = 0;
@@ -27,6 +27,6 @@ struct TuneResult {
 
 // Tries one training step (forward, backward, optimizer) of `job` at each candidate batch.
 // budget_bytes > 0 bounds CPU tensor memory; throws bad_input when not even one sample fits.
-TuneResult tune_batch(const JobConfig& job, int64_t budget_bytes, int64_t max_batch);
+TuneResult tune_batch(const train::JobConfig& job, int64_t budget_bytes, int64_t max_batch);
 
-}  // namespace crucible::train
+}  // namespace crucible::commands

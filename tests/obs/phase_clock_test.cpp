@@ -1,7 +1,7 @@
 // PhaseClock: laps are contiguous (they add up to the time they span), a pause's time belongs
 // to no phase, "off" measures nothing; on a GPU the device timeline is read without a sync per
 // phase and adds up to the host's time once the device has finished.
-#include "crucible/train/phase_clock.h"
+#include "crucible/obs/phase_clock.h"
 
 #include <ATen/ATen.h>
 
@@ -12,7 +12,7 @@
 
 #include "crucible/core/compat.h"
 
-namespace crucible::train {
+namespace crucible::obs {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -83,4 +83,4 @@ TEST(PhaseClock, DeviceTimelineAddsUpWithoutASyncPerPhase_CUDA) {
 }
 
 }  // namespace
-}  // namespace crucible::train
+}  // namespace crucible::obs

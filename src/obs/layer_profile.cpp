@@ -1,7 +1,7 @@
 // LayerProfiler (see layer_profile.h): a global RecordFunction callback on user scopes (the
 // layers), operators (to learn which layer each autograd sequence number belongs to) and
 // backward nodes (timed, and given to the layer by their sequence number).
-#include "crucible/train/layer_profile.h"
+#include "crucible/obs/layer_profile.h"
 
 #include <atomic>
 #include <chrono>
@@ -15,7 +15,7 @@
 #include "crucible/core/error.h"
 #include "crucible/nn/layer_scope.h"
 
-namespace crucible::train {
+namespace crucible::obs {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -147,4 +147,4 @@ std::vector<LayerTime> LayerProfiler::layers() const {
   return out;
 }
 
-}  // namespace crucible::train
+}  // namespace crucible::obs

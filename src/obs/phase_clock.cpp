@@ -1,5 +1,5 @@
 // PhaseClock (see phase_clock.h): host clock laps on CPU, timeline marks (CUDA events) on GPUs.
-#include "crucible/train/phase_clock.h"
+#include "crucible/obs/phase_clock.h"
 
 #include <chrono>
 #include <optional>
@@ -8,7 +8,7 @@
 
 #include "crucible/core/compat.h"
 
-namespace crucible::train {
+namespace crucible::obs {
 
 struct PhaseClock::Impl {
   using Clock = std::chrono::steady_clock;
@@ -85,4 +85,4 @@ PhaseSeconds PhaseClock::take() {
   return out;
 }
 
-}  // namespace crucible::train
+}  // namespace crucible::obs

@@ -1,5 +1,5 @@
 // `crucible bench model` (see model_bench.h).
-#include "crucible/train/model_bench.h"
+#include "crucible/commands/model_bench.h"
 
 #include <ATen/ATen.h>
 
@@ -23,7 +23,9 @@
 #include "crucible/train/data_setup.h"
 #include "crucible/train/step.h"
 
-namespace crucible::train {
+namespace crucible::commands {
+
+using namespace crucible::train;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -177,4 +179,4 @@ std::string ModelBenchResult::to_text() const {
   return out;
 }
 
-}  // namespace crucible::train
+}  // namespace crucible::commands

@@ -1,0 +1,26 @@
+// `crucible eval`: the model of a checkpoint (default: the newest that verifies in the run
+// folder) on the whole test set, writing nothing. Under data parallel the test set is sharded,
+// per-sample results gathered and the padding dropped (X2), so the figures equal a single
+// process's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "crucible/train/job_config.h"
+
+namespace crucible::commands {
+
+struct EvalSummary {
+  std::string checkpoint;  // the file evaluated
+  double test_acc = 0;     // 0–1
+  double test_top5 = 0;    // 0–1, top-k with k = min(5, classes)
+  double test_loss = 0;
+  int64_t step = 0;  // the checkpoint's training step
+  std::string params_sha256;
+};
+
+// bad_input when there is no checkpoint to evaluate.
+EvalSummary evaluate_checkpoint(const train::JobConfig& config, const std::string& checkpoint = "");
+
+}  // namespace crucible::commands

@@ -1,0 +1,38 @@
+// Batch transforms: on the device, between DeviceInput (normalised images, targets) and the
+// training step, for every training batch (never for evaluation). A transform may change the
+// images' values or size and may replace the targets by soft targets [B, classes] float, which
+// the loss then takes (binary_cross_entropy does today; cross_entropy refuses 2-D targets until
+// it learns probability targets, with MixUp/CutMix). Draws must come from (seed, step, rank) alone, so resumed and rerun steps are
+// exact. The chain a job runs is built from the registry in train/recipe.cpp; multi-scale
+// training (M4) is the first entry. Not thread-safe: one chain per trainer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace crucible::train {
+
+struct DeviceBatch {
+  at::Tensor images;   // [B, C, H, W] float, normalised, on the device (the model's memory format)
+  at::Tensor targets;  // [B] int64 class ids, or [B, classes] float (multi-hot or soft targets)
+  int64_t step = 0;    // the optimizer step this batch trains (0-based, global)
+  int64_t rank = 0;    // this process's rank (0 in a single process)
+};
+
+class BatchTransform {
+ public:
+  virtual ~BatchTransform() = default;
+  virtual void apply(DeviceBatch& batch) = 0;
+  virtual std::string describe() const = 0;  // one phrase for the log
+};
+
+using BatchTransforms = std::vector<std::unique_ptr<BatchTransform>>;
+
+// Applies every transform in order.
+void apply_batch_transforms(const BatchTransforms& transforms, DeviceBatch& batch);
+
+}  // namespace crucible::train

@@ -1,0 +1,61 @@
+// Step observers: told after every optimizer update, with the model as updated; one may also ask
+// for the gradients the update applies (on the steps it chooses), keep state in every checkpoint
+// and add figures to every evaluation. The loop owns no observer's logic: TensorBoard
+// histograms are the first one. The observers a job runs are built from the registry in
+// train/recipe.cpp. Called on every rank (only rank 0 has sinks); not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace crucible::nn {
+class Model;
+}
+namespace crucible::obs {
+class MetricSinks;
+}
+
+namespace crucible::train {
+
+class CheckpointIO;
+class Evaluator;
+struct EvalResult;
+
+// Figures an observer adds to an evaluation ("test_acc_ema", 0.93): written with the eval
+// record to every sink and into summary.json.
+using EvalFigures = std::vector<std::pair<std::string, double>>;
+
+struct StepEvent {
+  int64_t step = 0;   // optimizer steps taken so far (the update just made is step `step`)
+  int64_t epoch = 0;  // 0-based epoch of that step
+  nn::Model& model;
+  obs::MetricSinks& sinks;  // empty on ranks other than 0 (law 4)
+};
+
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  // Whether the update of step `step` (1-based: the step about to be taken is step + 1) should
+  // hand this observer its gradients (gradients() is then called before the update).
+  virtual bool wants_gradients(int64_t next_step) const { return false; }
+  // The gradients the optimizer is about to apply (averaged over ranks, unscaled, clipped;
+  // names parallel to grads; undefined tensors for parameters without a gradient).
+  virtual void gradients(const std::vector<std::string>& names, const std::vector<at::Tensor>& grads) {}
+  // After every optimizer update (skipped non-finite steps included: the step counter moved).
+  virtual void after_update(const StepEvent& event) = 0;
+  // The observer's state, listed once for writing and reading (as Trainer::checkpoint_fields).
+  virtual void checkpoint_fields(CheckpointIO& io) {}
+  // After each evaluation of the model (`result`): figures of the observer's own to add; it may
+  // run `evaluator` on a model of its own (Evaluator::run(model), the same test set).
+  virtual EvalFigures after_evaluation(int64_t step, const EvalResult& result, Evaluator& evaluator) { return {}; }
+  virtual std::string describe() const = 0;
+};
+
+using StepObservers = std::vector<std::unique_ptr<StepObserver>>;
+
+}  // namespace crucible::train

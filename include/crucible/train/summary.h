@@ -1,0 +1,48 @@
+// What a run reports about itself, apart from the loop: this session's record (host reads by
+// reason, phase times, step time), the interval breakdown a metrics record carries, and the
+// end-of-run TrainSummary and summary.json. Not thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "crucible/core/host_read.h"
+#include "crucible/obs/breakdown.h"
+#include "crucible/train/step_observer.h"
+#include "crucible/train/trainer.h"
+
+namespace crucible::train {
+
+struct Job;
+struct RunState;
+
+// This session of a run (a resumed run's earlier sessions are in metrics.jsonl).
+struct SessionRecord {
+  std::array<int64_t, kHostReadReasons> host_reads_at_start{};  // T6: counts when the loop began
+  int64_t first_step = 0;                                       // the loop's first step
+  std::optional<int64_t> resumed_from;                          // the checkpoint's step
+  obs::PhaseSeconds phases;                                     // measured phases of the steps
+  double step_seconds = 0;                                      // measured step time
+  double loader_busy = 0;                                       // the training loader's busy seconds at the end
+
+  void start(int64_t step);  // the loop begins at `step`
+  std::array<int64_t, kHostReadReasons> host_reads() const;  // since start(), by reason
+};
+
+// Adds the interval's breakdown (each phase's share of `interval_seconds`, from the job's
+// clock), its verdict and share to a "train" record; the phases go into `session` too.
+void add_interval_breakdown(nlohmann::json& record, SessionRecord& session, const Job& job, double interval_seconds,
+                            double loader_busy_seconds, const RunState& st);
+
+// The TrainSummary's figures (run_dir, wall_seconds and bottleneck are the caller's).
+TrainSummary train_summary(Job& job, const RunState& st, const SessionRecord& session, bool already_complete);
+
+// summary.json: `s`'s figures with this session's breakdown, verdict, layer times, host reads
+// and the observers' last evaluation figures. Takes the clock's remaining phases into `session`.
+nlohmann::json summary_json(Job& job, const RunState& st, SessionRecord& session, const TrainSummary& s,
+                            const EvalFigures& eval_figures);
+
+}  // namespace crucible::train

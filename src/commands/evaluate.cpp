@@ -1,0 +1,30 @@
+// `crucible eval` (see evaluate.h).
+#include "crucible/commands/evaluate.h"
+
+#include <chrono>
+
+#include "crucible/commands/inference.h"
+#include "crucible/train/evaluator.h"
+
+namespace crucible::commands {
+
+EvalSummary evaluate_checkpoint(const train::JobConfig& config, const std::string& checkpoint) {
+  InferenceJob ij = open_inference_job(
+      config, {"eval", checkpoint, /*config_weights=*/false, "give --checkpoint FILE or the run's run.dir/run.name"});
+  train::Job& job = *ij.job;
+  const auto t0 = std::chrono::steady_clock::now();
+  job.sync_bn_buffers();  // M2: every rank evaluates with the same statistics
+  const train::EvalResult r = job.evaluator->run();
+  train::log_eval(ij.step, r, job.comm ? job.world.size : 0,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  EvalSummary s;
+  s.checkpoint = ij.checkpoint;
+  s.test_acc = r.acc;
+  s.test_top5 = r.top5;
+  s.test_loss = r.loss;
+  s.step = ij.step;
+  s.params_sha256 = train::params_sha256(*job.model);
+  return s;
+}
+
+}  // namespace crucible::commands

@@ -1,0 +1,42 @@
+// SampleTransform chain helpers and RandomHorizontalFlip (see sample_transform.h).
+#include "crucible/data/sample_transform.h"
+
+#include <fmt/format.h>
+
+#include "crucible/core/error.h"
+#include "crucible/data/transform.h"
+
+namespace crucible::data {
+
+void apply_transforms(const SampleTransforms& transforms, size_t first, ImageRef image, SampleRng& rng) {
+  for (size_t i = first; i < transforms.size(); ++i) transforms[i]->apply(image, rng);
+}
+
+std::string describe_transforms(const SampleTransforms& transforms) {
+  std::string out;
+  for (const auto& t : transforms) out += (out.empty() ? "" : ", ") + t->describe();
+  return out;
+}
+
+RandomHorizontalFlip::RandomHorizontalFlip(float p) : p_(p) {
+  if (!(p >= 0.0f && p <= 1.0f)) throw bad_input("horizontal flip: probability must be in [0, 1], found {}", p);
+}
+
+void RandomHorizontalFlip::apply(ImageRef image, SampleRng& rng) const {
+  if (!rng.bernoulli(p_)) return;
+  if (image.planar) {
+    // Each plane's rows are rows of one-byte pixels: mirror channels × height rows.
+    hflip_image(image.pixels, image.width, image.height * image.channels, 1);
+  } else {
+    hflip_image(image.pixels, image.width, image.height, image.channels);
+  }
+}
+
+bool RandomHorizontalFlip::fold_mirror(SampleRng& rng, bool* mirror) const {
+  *mirror = rng.bernoulli(p_);
+  return true;
+}
+
+std::string RandomHorizontalFlip::describe() const { return fmt::format("flip p={}", p_); }
+
+}  // namespace crucible::data

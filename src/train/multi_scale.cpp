@@ -1,0 +1,57 @@
+// Multi-scale training (M4) as a batch transform: each step's images are resized on the device
+// to one of train.multi_scale's sizes, drawn from (seed, step) by multi_scale_size(), so every
+// rank trains at the same size at the same step and a resumed step draws what it drew before.
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "crucible/core/error.h"
+#include "crucible/core/log.h"
+#include "crucible/data/loader.h"
+#include "crucible/train/job.h"
+#include "crucible/train/recipe.h"
+#include "crucible/train/schedule.h"
+
+namespace crucible::train {
+namespace {
+
+class MultiScale final : public BatchTransform {
+ public:
+  MultiScale(uint64_t seed, std::vector<int64_t> sizes) : seed_(seed), sizes_(std::move(sizes)) {}
+
+  void apply(DeviceBatch& b) override {
+    const int64_t size = multi_scale_size(seed_, b.step, sizes_);
+    if (size != b.images.size(2) || size != b.images.size(3)) {
+      b.images = at::upsample_bilinear2d(b.images, {size, size}, /*align_corners=*/false);
+    }
+  }
+
+  std::string describe() const override { return fmt::format("multi-scale {} px", fmt::join(sizes_, "/")); }
+
+ private:
+  uint64_t seed_;
+  std::vector<int64_t> sizes_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchTransform> make_multi_scale(const Job& job) {
+  std::vector<int64_t> sizes;
+  for (double s : job.config.train.multi_scale) {
+    if (s != std::floor(s) || s < 4 || s > 4096) {
+      throw bad_input("train.multi_scale: {} is not a size in pixels (an integer 4–4096)", s);
+    }
+    sizes.push_back(static_cast<int64_t>(s));
+  }
+  if (sizes.empty()) return nullptr;
+  const data::ImageSpec spec = job.train_loader->pipeline().output_spec();
+  log_info("multi-scale (M4): each step trains at one of {} px (square), drawn from (seed, step) — the same size on "
+           "every rank at the same step; evaluation at {}x{}",
+           fmt::join(sizes, ", "), spec.height, spec.width);
+  return std::make_unique<MultiScale>(static_cast<uint64_t>(job.config.run.seed), std::move(sizes));
+}
+
+}  // namespace crucible::train

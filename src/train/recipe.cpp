@@ -1,0 +1,53 @@
+// The registries of the device side of a recipe (see recipe.h). One line per entry; the order of
+// batch_transform_registry() is the order a batch goes through them.
+#include "crucible/train/recipe.h"
+
+#include "crucible/train/job.h"
+
+namespace crucible::train {
+
+// Each entry's factory, defined in the entry's own file.
+std::unique_ptr<BatchTransform> make_multi_scale(const Job& job);        // multi_scale.cpp
+std::unique_ptr<StepObserver> make_histogram_observer(const Job& job);  // histogram_observer.cpp
+
+const Registry<BatchTransformFactory>& batch_transform_registry() {
+  static const Registry<BatchTransformFactory> registry = [] {
+    Registry<BatchTransformFactory> r("batch transform");
+    r.add("multi_scale", "train.multi_scale: each step at one size drawn from (seed, step), the same on every rank (M4)",
+          make_multi_scale);
+    return r;
+  }();
+  return registry;
+}
+
+const Registry<StepObserverFactory>& step_observer_registry() {
+  static const Registry<StepObserverFactory> registry = [] {
+    Registry<StepObserverFactory> r("step observer");
+    r.add("histograms", "log.histogram_every: TensorBoard histograms of the weights and gradients",
+          make_histogram_observer);
+    return r;
+  }();
+  return registry;
+}
+
+BatchTransforms make_batch_transforms(const Job& job) {
+  BatchTransforms out;
+  for (const auto& e : batch_transform_registry().entries()) {
+    if (auto t = e.factory(job)) out.push_back(std::move(t));
+  }
+  return out;
+}
+
+StepObservers make_step_observers(const Job& job) {
+  StepObservers out;
+  for (const auto& e : step_observer_registry().entries()) {
+    if (auto o = e.factory(job)) out.push_back(std::move(o));
+  }
+  return out;
+}
+
+void apply_batch_transforms(const BatchTransforms& transforms, DeviceBatch& batch) {
+  for (const auto& t : transforms) t->apply(batch);
+}
+
+}  // namespace crucible::train

@@ -1,0 +1,99 @@
+// The data side of a recipe (train/data_recipe.h): the registries' entries and order, the chain
+// a job's config turns on, the flip as a sample transform (in place, either layout), and the
+// sampler data.sampler names — DistributedSampler's order (X1). To add a case for a new entry:
+// build a JobConfig that turns it on and compare its output with the reference it claims.
+#include "crucible/train/data_recipe.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "crucible/core/config.h"
+#include "crucible/core/rng.h"
+#include "crucible/data/transform.h"
+#include "test_util.h"
+
+namespace crucible::train {
+namespace {
+
+const data::ImageSpec kPixels{4, 5, 3, data::ColorOrder::kRGB};
+
+TEST(DataRecipe, RegistriesListTheirEntriesInChainOrder) {
+  EXPECT_EQ(sample_transform_registry().names(), (std::vector<std::string>{"hflip"}));
+  EXPECT_EQ(sampler_registry().names(), (std::vector<std::string>{"distributed"}));
+}
+
+TEST(DataRecipe, TheChainHoldsWhatTheConfigTurnsOn) {
+  JobConfig job;
+  job.data.hflip = 0.25;
+  const data::SampleTransforms chain = training_transforms(job, kPixels);
+  ASSERT_EQ(chain.size(), 1u);
+  EXPECT_EQ(chain[0]->describe(), "flip p=0.25");
+  job.data.hflip = 0;
+  EXPECT_TRUE(training_transforms(job, kPixels).empty());
+  job.data.hflip = 0.5;
+  data::ImageSpec features = kPixels;
+  features.type = data::SampleType::kFeatures;
+  EXPECT_TRUE(training_transforms(job, features).empty());  // float features are used as they are
+}
+
+// The flip as a chain element: each sample mirrored or not by one draw of its own stream, the
+// same pixels as hflip_image, planes mirrored plane by plane.
+TEST(DataRecipe, FlipMirrorsInPlaceInEitherLayoutFromTheSampleStream) {
+  const data::RandomHorizontalFlip flip(0.5f);
+  int mirrored = 0;
+  for (uint64_t index = 0; index < 64; ++index) {
+    std::vector<uint8_t> hwc(4 * 5 * 3), chw(hwc.size());
+    std::iota(hwc.begin(), hwc.end(), 0);
+    for (int c = 0; c < 3; ++c) {
+      for (int p = 0; p < 20; ++p) chw[c * 20 + p] = hwc[p * 3 + c];
+    }
+    std::vector<uint8_t> expect_hwc = hwc, expect_chw = chw;
+    SampleRng reference(9, 1, index);
+    const bool mirror = reference.bernoulli(0.5f);
+    if (mirror) {
+      data::hflip_image(expect_hwc.data(), 5, 4, 3);
+      for (int c = 0; c < 3; ++c) data::hflip_image(expect_chw.data() + c * 20, 5, 4, 1);
+    }
+    mirrored += mirror;
+    SampleRng r1(9, 1, index), r2(9, 1, index), r3(9, 1, index);
+    flip.apply({hwc.data(), 5, 4, 3, false}, r1);
+    flip.apply({chw.data(), 5, 4, 3, true}, r2);
+    EXPECT_EQ(hwc, expect_hwc) << index;
+    EXPECT_EQ(chw, expect_chw) << index;
+    bool folded = false;
+    ASSERT_TRUE(flip.fold_mirror(r3, &folded));
+    EXPECT_EQ(folded, mirror) << index;
+    EXPECT_EQ(r1.next_u32(), reference.next_u32());  // one draw each, then the stream goes on alike
+    EXPECT_EQ(r3.next_u32(), r2.next_u32());
+  }
+  EXPECT_GT(mirrored, 16);
+  EXPECT_LT(mirrored, 48);
+  test::expect_bad_input([] { data::RandomHorizontalFlip(1.5f); }, {"probability", "1.5"});
+}
+
+// X1: data.sampler = "distributed" is DistributedSampler's order for the job's stream and shard.
+TEST(DataRecipe, TheDefaultSamplerIsDistributedSamplerX1) {
+  JobConfig job;
+  const data::Sampler::Shard shard{3, 1, false};
+  const auto s = make_training_sampler(job, {1000, 77, shard});
+  const data::DistributedSampler reference(1000, /*shuffle=*/true, 77, shard);
+  EXPECT_EQ(s->num_samples(), reference.num_samples());
+  for (int64_t epoch = 0; epoch < 3; ++epoch) EXPECT_EQ(s->epoch_order(epoch), reference.epoch_order(epoch));
+  EXPECT_NE(s->epoch_order(0), s->epoch_order(1));
+  job.data.sampler = "repeated";
+  test::expect_bad_input([&] { make_training_sampler(job, {10, 0, {}}); }, {"data.sampler", "repeated", "distributed"});
+}
+
+TEST(DataRecipe, DataSamplerIsACheckedKey) {
+  JobConfig job;
+  ConfigSchema schema;
+  bind_job_config(job, schema);
+  schema.load_string("[data]\nsampler = \"distributed\"\n", "ok.toml");
+  EXPECT_EQ(job.data.sampler, "distributed");
+  test::expect_bad_input([&] { schema.load_string("[data]\nsampler = \"shuffled\"\n", "bad.toml"); },
+                         {"data.sampler", "shuffled"});
+}
+
+}  // namespace
+}  // namespace crucible::train
