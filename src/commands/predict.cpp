@@ -2,7 +2,6 @@
 #include "crucible/commands/predict.h"
 
 #include <ATen/ATen.h>
-#include <torch/nn/module.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,17 +12,13 @@
 #include <fmt/ranges.h>
 
 #include "crucible/commands/inference.h"
-#include "crucible/core/compat.h"
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
 #include "crucible/core/log.h"
-#include "crucible/data/device_input.h"
 #include "crucible/data/loader.h"
-#include "crucible/nn/mode_guard.h"
-#include "crucible/nn/model.h"
+#include "crucible/train/evaluator.h"
 #include "crucible/train/gather.h"
 #include "crucible/train/loss.h"
-#include "crucible/train/step.h"
 
 namespace crucible::commands {
 
@@ -96,58 +91,42 @@ void write_predictions(const std::string& path, const Predictions& p, PredictFor
   write_file_atomic(path, format_predictions(p, format));
 }
 
-Predictor::Predictor(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const Loss& loss,
-                     const Precision& precision, c10::Device device, distributed::Comm* comm)
-    : model_(model),
-      loader_(loader),
-      input_(input),
-      loss_(loss),
-      precision_(precision),
-      device_(device),
-      comm_(comm) {}
-
 Predictions Predictor::run(int64_t top_k) {
   Predictions p;
   // Per batch: [b, 2 + 2k + W] double: id, label, top k ids, their probabilities, and for
   // multi-label data the W targets.
   std::vector<at::Tensor> rows;
   int64_t targets = 0;  // W
-  {
-    nn::EvalGuard guard(model_);  // M1: eval mode + no grad, restored after
-    compat::AutocastGuard amp(device_.type(), autocast_dtype(precision_), precision_.mixed());
-    loader_.start_epoch(0);
-    while (auto batch = loader_.next()) {
-      const at::Tensor x = input_.images(*batch);
-      const at::Tensor y = input_.labels(*batch);
-      const at::Tensor logits = model_.forward(x);  // [b, classes], the Evaluator's (its argmax is top-1)
-      if (p.k == 0) {
-        p.classes = logits.size(1);
-        p.k = std::min(top_k, p.classes);
-      }
-      // Ranked by the logits as they are (bf16 under autocast): a stable descending sort keeps
-      // the lower class id first among equal logits, the one argmax picks, so top[0] is exactly
-      // the Evaluator's prediction. Probabilities in double (autocast leaves double alone).
-      const at::Tensor top =
-          std::get<1>(at::sort(logits, /*stable=*/true, /*dim=*/1, /*descending=*/true)).narrow(1, 0, p.k);
-      const at::Tensor prob = loss_.probabilities(logits.to(at::kDouble)).gather(1, top);
-      const at::Tensor ids = at::tensor(batch->sample_ids, at::kLong).to(device_).unsqueeze(1).to(at::kDouble);
-      if (y.dim() == 2) {
-        targets = y.size(1);
-        rows.push_back(at::cat({ids, at::full_like(ids, -1), top.to(at::kDouble), prob, y.to(at::kDouble)}, 1));
-      } else {
-        rows.push_back(at::cat({ids, y.unsqueeze(1).to(at::kDouble), top.to(at::kDouble), prob}, 1));
-      }
+  const c10::Device device = evaluator_.device();
+  evaluator_.forward_each(evaluator_.model(), [&](const data::Batch& batch, const at::Tensor& y,
+                                                  const at::Tensor& logits) {  // the Evaluator's: argmax is top-1
+    if (p.k == 0) {
+      p.classes = logits.size(1);
+      p.k = std::min(top_k, p.classes);
     }
-  }
+    // Ranked by the logits as they are (bf16 under autocast): a stable descending sort keeps the
+    // lower class id first among equal logits, the one argmax picks, so top[0] is exactly the
+    // Evaluator's prediction. Probabilities in double (autocast leaves double alone).
+    const at::Tensor top =
+        std::get<1>(at::sort(logits, /*stable=*/true, /*dim=*/1, /*descending=*/true)).narrow(1, 0, p.k);
+    const at::Tensor prob = evaluator_.loss().probabilities(logits.to(at::kDouble)).gather(1, top);
+    const at::Tensor ids = at::tensor(batch.sample_ids, at::kLong).to(device).unsqueeze(1).to(at::kDouble);
+    if (y.dim() == 2) {
+      targets = y.size(1);
+      rows.push_back(at::cat({ids, at::full_like(ids, -1), top.to(at::kDouble), prob, y.to(at::kDouble)}, 1));
+    } else {
+      rows.push_back(at::cat({ids, y.unsqueeze(1).to(at::kDouble), top.to(at::kDouble), prob}, 1));
+    }
+  });
   // No sample at all (an empty test set: the sampler gives every rank one when there is any).
   if (p.k == 0) p.k = top_k;
   // Every rank sees the same data, so the same W (a rank with no sample learns it from the pipeline).
-  if (targets == 0) targets = loader_.pipeline().target_width();
+  if (targets == 0) targets = evaluator_.loader().pipeline().target_width();
   p.multi_label = targets > 0;
   const int64_t width = 2 + 2 * p.k + targets;
   const at::Tensor local =
-      rows.empty() ? at::zeros({0, width}, at::TensorOptions().dtype(at::kDouble).device(device_)) : at::cat(rows);
-  const train::SampleRows all = train::gather_sample_rows(local, comm_);  // X2: padding dropped
+      rows.empty() ? at::zeros({0, width}, at::TensorOptions().dtype(at::kDouble).device(device)) : at::cat(rows);
+  const train::SampleRows all = train::gather_sample_rows(local, evaluator_.comm());  // X2: padding dropped
   for (size_t i = 0; i < all.size(); ++i) {
     const double* row = all[i];
     p.index.push_back(static_cast<int64_t>(row[0]));
@@ -183,9 +162,7 @@ PredictSummary predict(const train::JobConfig& config, const PredictOptions& opt
   }
   job.sync_bn_buffers();  // M2, as evaluation
   const auto t0 = std::chrono::steady_clock::now();
-  const Predictions p =
-      Predictor(*job.model, *job.test_loader, *job.input, *job.loss, job.precision.value, job.device, job.comm.get())
-          .run(options.top_k);
+  const Predictions p = Predictor(*job.evaluator).run(options.top_k);
   if (p.classes > 0 && p.k < options.top_k) {
     log_info("predict: --top {} is more than the model's {} classes: each record lists all {}", options.top_k,
              p.classes, p.k);

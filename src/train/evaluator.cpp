@@ -39,23 +39,26 @@ void log_eval(int64_t step, const EvalResult& r, int ranks, double seconds) {
 
 EvalResult Evaluator::run() { return run(model_); }
 
+void Evaluator::forward_each(nn::Model& model, const BatchFn& fn) {
+  nn::EvalGuard guard(model);  // M1: eval mode + no grad, restored after
+  compat::AutocastGuard amp(device_.type(), autocast_dtype(precision_), precision_.mixed());
+  loader_.start_epoch(0);
+  while (auto batch = loader_.next()) {
+    const at::Tensor x = input_.images(*batch);
+    const at::Tensor y = input_.labels(*batch);
+    fn(*batch, y, model.forward(x));
+  }
+}
+
 EvalResult Evaluator::run(nn::Model& model) {
   std::vector<at::Tensor> ids, losses, hits, hits5;
-  {
-    nn::EvalGuard guard(model);  // M1: eval mode + no grad, restored after
-    compat::AutocastGuard amp(device_.type(), autocast_dtype(precision_), precision_.mixed());
-    loader_.start_epoch(0);
-    while (auto batch = loader_.next()) {
-      at::Tensor x = input_.images(*batch);
-      at::Tensor y = input_.labels(*batch);
-      at::Tensor logits = model.forward(x);
-      losses.push_back(loss_.per_sample(logits, y).to(at::kDouble));
-      hits.push_back(top1_hits(logits, y).to(at::kDouble));
-      // Top-k as PyTorch's reference scripts count it (ties at the k-th place: topk's choice).
-      hits5.push_back(topk_hits(logits, y, std::min<int64_t>(5, logits.size(1))).to(at::kDouble));
-      ids.push_back(at::tensor(batch->sample_ids, at::kLong).to(device_).to(at::kDouble));
-    }
-  }
+  forward_each(model, [&](const data::Batch& batch, const at::Tensor& y, const at::Tensor& logits) {
+    losses.push_back(loss_.per_sample(logits, y).to(at::kDouble));
+    hits.push_back(top1_hits(logits, y).to(at::kDouble));
+    // Top-k as PyTorch's reference scripts count it (ties at the k-th place: topk's choice).
+    hits5.push_back(topk_hits(logits, y, std::min<int64_t>(5, logits.size(1))).to(at::kDouble));
+    ids.push_back(at::tensor(batch.sample_ids, at::kLong).to(device_).to(at::kDouble));
+  });
   const auto dev = at::TensorOptions().dtype(at::kDouble).device(device_);
   constexpr int64_t kCols = 4;  // sample id, loss, top-1 hit, top-5 hit
   const at::Tensor local = ids.empty() ? at::zeros({0, kCols}, dev)

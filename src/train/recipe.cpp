@@ -38,10 +38,22 @@ BatchTransforms make_batch_transforms(const Job& job) {
   return out;
 }
 
+namespace {
+StepObserverFactory& extra_step_observer() {
+  static StepObserverFactory factory;
+  return factory;
+}
+}  // namespace
+
+void testing::set_extra_step_observer(StepObserverFactory factory) { extra_step_observer() = std::move(factory); }
+
 StepObservers make_step_observers(const Job& job) {
   StepObservers out;
   for (const auto& e : step_observer_registry().entries()) {
     if (auto o = e.factory(job)) out.push_back(std::move(o));
+  }
+  if (extra_step_observer()) {
+    if (auto o = extra_step_observer()(job)) out.push_back(std::move(o));
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // The Trainer in-process: an injected out-of-memory at step k is survived by splitting the
 // batch (T16, D5) — the run completes, the log names the step and the split, and the result is
-// close to an unfaulted run; precision "auto" picks the fastest candidate it timed.
+// close to an unfaulted run; precision "auto" picks the fastest candidate it timed; a step
+// observer gets the whole contract of its seam, across a resume.
 #include "crucible/train/trainer.h"
 
 #include <ATen/Context.h>
@@ -10,8 +11,14 @@
 
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "crucible/core/compat.h"
 #include "crucible/core/memory.h"
+#include "crucible/train/evaluator.h"
+#include "crucible/train/job.h"
+#include "crucible/train/recipe.h"
+#include "crucible/train/run_state.h"
 #include "test_util.h"
 
 namespace crucible::train {
@@ -47,6 +54,72 @@ TEST(Trainer, SyncDebugAndDeterminismReachTorchT14M6) {
   EXPECT_STREQ(std::getenv("CUBLAS_WORKSPACE_CONFIG"), ":4096:8");
   EXPECT_TRUE(at::globalContext().deterministicAlgorithms());
   EXPECT_EQ(compat::sync_debug_mode(), compat::built_with_cuda() ? "warn" : "unavailable");
+}
+
+// A step observer that counts what the seam promises (issue 25): every update, the gradients of
+// the steps it asks for, its count kept in every checkpoint, a figure added to every evaluation
+// — and the Evaluator it is handed evaluates the job's model as the Trainer just did.
+struct ObserverRecord {
+  int64_t updates = 0;         // the observer's state (checkpointed)
+  int64_t gradient_calls = 0;  // steps whose gradients it was handed
+  bool gradients_defined = true;
+  bool same_evaluation = true;
+};
+
+class CountingObserver final : public StepObserver {
+ public:
+  explicit CountingObserver(std::shared_ptr<ObserverRecord> r) : r_(std::move(r)) {}
+  bool wants_gradients(int64_t next_step) const override { return next_step % 3 == 0; }
+  void gradients(const std::vector<std::string>& names, const std::vector<at::Tensor>& grads) override {
+    ++r_->gradient_calls;
+    for (const auto& g : grads) r_->gradients_defined = r_->gradients_defined && g.defined();
+  }
+  void after_update(const StepEvent& e) override {
+    ++r_->updates;
+    EXPECT_EQ(e.step, r_->updates);  // told once per update, after it
+  }
+  void checkpoint_fields(CheckpointIO& io) override { io.value("test_observer.updates", r_->updates); }
+  EvalFigures after_evaluation(int64_t step, const EvalResult& result, Evaluator& evaluator) override {
+    const EvalResult again = evaluator.run(evaluator.model());
+    r_->same_evaluation = r_->same_evaluation && again.acc == result.acc && again.loss == result.loss;
+    return {{"observer_updates", static_cast<double>(r_->updates)}};
+  }
+  std::string describe() const override { return "counting"; }
+
+ private:
+  std::shared_ptr<ObserverRecord> r_;
+};
+
+TEST(Trainer, StepObserversSeeEveryUpdateKeepTheirStateAcrossAResumeAndAddEvalFigures) {
+  test::TempDir d;
+  auto record = std::make_shared<ObserverRecord>();
+  testing::set_extra_step_observer([record](const Job&) { return std::make_unique<CountingObserver>(record); });
+  JobConfig j = small_job(d.path(), "observed");
+  j.data.train_samples = 2560;  // 10 steps of 256 an epoch, 2 epochs
+  j.data.test_samples = 512;
+  j.train.max_steps = 7;  // stops inside the first epoch: evaluates and checkpoints at step 7
+  Trainer(j).run();
+  EXPECT_EQ(record->updates, 7);
+  record->updates = 0;  // the resumed run's observer must take its count from the checkpoint
+  j.train.max_steps = 0;
+  const TrainSummary s = Trainer(j).run();
+  testing::set_extra_step_observer(nullptr);
+  EXPECT_EQ(s.steps, 20);
+  EXPECT_EQ(record->updates, 20);
+  EXPECT_EQ(record->gradient_calls, 6);  // before the updates of steps 3, 6 | 9, 12, 15, 18
+  EXPECT_TRUE(record->gradients_defined);
+  EXPECT_TRUE(record->same_evaluation);
+  const nlohmann::json summary = nlohmann::json::parse(test::read_text(d / "observed/summary.json"));
+  EXPECT_EQ(summary["observer_updates"].get<double>(), 20.0);
+  std::istringstream metrics(test::read_text(d / "observed/metrics.jsonl"));
+  std::vector<int64_t> evaluated;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (r["type"] != "eval") continue;
+    evaluated.push_back(r["step"].get<int64_t>());
+    EXPECT_EQ(r["observer_updates"].get<double>(), r["step"].get<double>()) << line;
+  }
+  EXPECT_EQ(evaluated, (std::vector<int64_t>{7, 10, 20}));
 }
 
 TEST(Trainer, SurvivesAnInjectedOutOfMemoryT16) {

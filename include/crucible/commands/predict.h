@@ -25,7 +25,7 @@ class Comm;
 }
 
 namespace crucible::train {
-class Loss;
+class Evaluator;
 }
 
 namespace crucible::commands {
@@ -75,20 +75,14 @@ void write_predictions(const std::string& path, const Predictions& p, PredictFor
 
 class Predictor {
  public:
-  // Everything must outlive the predictor; `comm` is null in a single process. Not thread-safe.
-  Predictor(nn::Model& model, data::Loader& loader, const data::DeviceInput& input, const train::Loss& loss,
-            const train::Precision& precision, c10::Device device, distributed::Comm* comm = nullptr);
+  // Runs the model of `evaluator` over its test loader, as the evaluator does (it must outlive
+  // the predictor). Not thread-safe.
+  explicit Predictor(train::Evaluator& evaluator) : evaluator_(evaluator) {}
   // One pass over the loader (epoch 0). Under data parallel every rank returns the whole set.
   Predictions run(int64_t top_k);
 
  private:
-  nn::Model& model_;
-  data::Loader& loader_;
-  const data::DeviceInput& input_;
-  const train::Loss& loss_;
-  train::Precision precision_;
-  c10::Device device_;
-  distributed::Comm* comm_;
+  train::Evaluator& evaluator_;
 };
 
 struct PredictSummary;

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include "crucible/train/precision.h"
@@ -17,6 +19,7 @@ class Model;
 namespace crucible::data {
 class Loader;
 class DeviceInput;
+struct Batch;
 }  // namespace crucible::data
 namespace crucible::distributed {
 class Comm;
@@ -48,6 +51,18 @@ class Evaluator {
   EvalResult run();
   // Another model of the same job (a step observer's: e.g. averaged weights) on the same data.
   EvalResult run(nn::Model& model);
+
+  // One pass over the test loader (epoch 0) with `model` in eval mode, without gradients, under
+  // the precision's autocast (M1), the mode restored after: `fn` gets each batch, its targets
+  // on the device and the logits. What run() and predict's Predictor compute from.
+  using BatchFn = std::function<void(const data::Batch& batch, const at::Tensor& targets, const at::Tensor& logits)>;
+  void forward_each(nn::Model& model, const BatchFn& fn);
+
+  nn::Model& model() { return model_; }
+  const data::Loader& loader() const { return loader_; }
+  const Loss& loss() const { return loss_; }
+  c10::Device device() const { return device_; }
+  distributed::Comm* comm() const { return comm_; }
 
  private:
   nn::Model& model_;

@@ -28,4 +28,10 @@ const Registry<StepObserverFactory>& step_observer_registry();
 BatchTransforms make_batch_transforms(const Job& job);
 StepObservers make_step_observers(const Job& job);
 
+namespace testing {
+// Test seam: every job assembled from now on also gets this step observer, after the registered
+// ones (a test's observer exercises the seam's whole contract); an empty factory removes it.
+void set_extra_step_observer(StepObserverFactory factory);
+}  // namespace testing
+
 }  // namespace crucible::train
