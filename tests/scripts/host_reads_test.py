@@ -11,13 +11,13 @@ training path, nor are the commands (src/commands: predict, tune's trial steps, 
     tests/scripts/host_reads_test.py [--source DIR]    # exit 0 clean, 1 with the list
 A self-check runs first: a read planted in a scratch copy of step.cpp must be found.
 """
-import argparse
 import glob
 import os
 import re
-import shutil
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import source_scan  # noqa: E402
 
 READ = re.compile(r"\.item\s*[<(]|\.to\s*\(\s*(at|torch|c10)::kCPU|\.cpu\s*\(\s*\)|\bat::equal\s*\(")
 MARK = "outside the step"
@@ -41,32 +41,14 @@ def violations(source):
     return found
 
 
-def self_check(source):
-    with tempfile.TemporaryDirectory() as scratch:
-        os.makedirs(os.path.join(scratch, "src/train"))
-        shutil.copy(os.path.join(source, "src/train/step.cpp"), os.path.join(scratch, "src/train/step.cpp"))
-        with open(os.path.join(scratch, "src/train/step.cpp"), "a", encoding="utf-8") as f:
-            f.write("float planted(const at::Tensor& t) { return t.sum().item<float>(); }\n")
-        found = violations(scratch)
-        if len(found) != 1 or "planted" not in found[0]:
-            print(f"host_reads_test: self-check failed: the planted read gave {found}", file=sys.stderr)
-            sys.exit(1)
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--source", default=os.path.join(os.path.dirname(__file__), "..", ".."))
-    source = os.path.realpath(ap.parse_args().source)
-    self_check(source)
-    found = violations(source)
-    if found:
-        print("host reads in the training path that bypass host_values() (T6); read through "
-              "crucible::host_values(tensor, HostRead::…) so they are counted, or say why the read is "
-              f"'{MARK}':", file=sys.stderr)
-        for f in found:
-            print("  " + f, file=sys.stderr)
-        sys.exit(1)
-    print("host_reads_test: ok: every host read in the training path goes through host_values()")
+    source_scan.run("host_reads_test", violations,
+                    ("src/train/step.cpp", "float planted(const at::Tensor& t) { return t.sum().item<float>(); }",
+                     "planted"),
+                    "host reads in the training path that bypass host_values() (T6); read through "
+                    "crucible::host_values(tensor, HostRead::…) so they are counted, or say why the read is "
+                    f"'{MARK}'",
+                    "every host read in the training path goes through host_values()")
 
 
 if __name__ == "__main__":

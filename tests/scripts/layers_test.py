@@ -9,13 +9,13 @@ layer's header (the python module binds the library and may include any).
 A self-check runs first: an include of train/ planted in a scratch copy of a data/ source must be
 found.
 """
-import argparse
 import glob
 import os
 import re
-import shutil
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import source_scan  # noqa: E402
 
 LAYERS = ["core", "io", "data", "nn", "distributed", "obs", "train", "commands", "cli"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"crucible/([a-z_]+)/')
@@ -43,31 +43,11 @@ def violations(source):
     return found
 
 
-def self_check(source):
-    with tempfile.TemporaryDirectory() as scratch:
-        os.makedirs(os.path.join(scratch, "src/data"))
-        target = os.path.join(scratch, "src/data/sampler.cpp")
-        shutil.copy(os.path.join(source, "src/data/sampler.cpp"), target)
-        with open(target, "a", encoding="utf-8") as f:
-            f.write('#include "crucible/train/job.h"\n')
-        found = violations(scratch)
-        if len(found) != 1 or "data includes train" not in found[0]:
-            print(f"layers_test: self-check failed: the planted include gave {found}", file=sys.stderr)
-            sys.exit(1)
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--source", default=os.path.join(os.path.dirname(__file__), "..", ".."))
-    source = os.path.realpath(ap.parse_args().source)
-    self_check(source)
-    found = violations(source)
-    if found:
-        print("layers_test: includes of a lower layer (docs/DESIGN.md, \"Layers\"):", file=sys.stderr)
-        for f in found:
-            print("  " + f, file=sys.stderr)
-        sys.exit(1)
-    print(f"layers_test: ok: every include follows {' > '.join(LAYERS)}")
+    source_scan.run("layers_test", violations,
+                    ("src/data/sampler.cpp", '#include "crucible/train/job.h"', "data includes train"),
+                    'includes of a lower layer (docs/DESIGN.md, "Layers")',
+                    f"every include follows {' > '.join(LAYERS)}")
 
 
 if __name__ == "__main__":
