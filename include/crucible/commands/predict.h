@@ -1,28 +1,15 @@
 // `crucible predict`: each test sample's K most likely classes and their softmax probabilities,
-// written in sample order as JSONL or CSV. The Predictor runs the model as the Evaluator does
-// (eval mode without gradients, the checkpoint's precision; under data parallel the test set is
-// sharded, rows gathered and the padding dropped, X2), so its top-1 equals `crucible eval`'s.
+// written in sample order as JSONL or CSV. The Predictor runs on the Evaluator's own pass
+// (Evaluator::forward_each: eval mode without gradients, the checkpoint's precision) and its one
+// gather (under data parallel the test set is sharded, rows gathered and the padding dropped,
+// X2), so its top-1 equals `crucible eval`'s.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include <c10/core/Device.h>
-
 #include "crucible/train/job_config.h"
-#include "crucible/train/precision.h"
-
-namespace crucible::nn {
-class Model;
-}
-namespace crucible::data {
-class Loader;
-class DeviceInput;
-}  // namespace crucible::data
-namespace crucible::distributed {
-class Comm;
-}
 
 namespace crucible::train {
 class Evaluator;
