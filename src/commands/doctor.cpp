@@ -27,12 +27,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Status = DoctorCheck::Status;
 
-DoctorCheck named(const char* name) { return doctor_check(name); }
-
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 DoctorCheck check_open_files(const data::SamplePipeline& pipeline, int loader_threads, bool threads_chosen) {
-  DoctorCheck c = named("open_files");
+  DoctorCheck c = doctor_check("open_files");
   struct rlimit lim {};
   ::getrlimit(RLIMIT_NOFILE, &lim);
   const int need = data::descriptors_needed(pipeline, loader_threads);
@@ -68,7 +66,7 @@ double matmul_rate(c10::ScalarType dtype, double seconds) {
 }
 
 DoctorCheck check_bf16(const JobConfig& job) {
-  DoctorCheck c = named("bf16");
+  DoctorCheck c = doctor_check("bf16");
   const double fp32 = matmul_rate(at::kFloat, 1.0), bf16 = matmul_rate(at::kBFloat16, 1.0);
   c.found = fmt::format("matmul 512²: bf16 {:.0f} GFLOP/s, fp32 {:.0f} GFLOP/s ({:.2f}×)", bf16, fp32, bf16 / fp32);
   if (job.train.precision == PrecisionMode::kBf16 && bf16 < fp32) {
@@ -79,7 +77,7 @@ DoctorCheck check_bf16(const JobConfig& job) {
 }
 
 void check_data(const JobConfig& job, const data::SamplePipeline& train, double open_seconds, DoctorReport& report) {
-  DoctorCheck d = named("data");
+  DoctorCheck d = doctor_check("data");
   const data::ImageSpec spec = train.output_spec();
   std::vector<uint8_t> sample(static_cast<size_t>(spec.bytes()));
   int64_t produced = 0;
@@ -96,13 +94,13 @@ void check_data(const JobConfig& job, const data::SamplePipeline& train, double 
                         rate * static_cast<double>(spec.bytes()) / 1e6);
   report.checks.push_back(d);
 
-  DoctorCheck r = named("ram_cache");
+  DoctorCheck r = doctor_check("ram_cache");
   const double decoded = static_cast<double>(train.size()) * static_cast<double>(spec.bytes());
   const double avail = static_cast<double>(available_memory_bytes());
   if (job.data.dataset != DataSection::Dataset::kImages) {
-    r.found = fmt::format("the training set is in memory already ({} as model input)", gib(decoded));
+    r.found = fmt::format("the training set is in memory already ({} as model input)", human_bytes(static_cast<uint64_t>(decoded)));
   } else {
-    r.found = fmt::format("decoded, the training set would take {} of the {} available", gib(decoded), gib(avail));
+    r.found = fmt::format("decoded, the training set would take {} of the {} available", human_bytes(static_cast<uint64_t>(decoded)), human_bytes(static_cast<uint64_t>(avail)));
     if (avail > 0 && decoded > 0.5 * avail) {
       r.status = Status::kWarn;
       r.fix = "more than half the available memory: keep data.cache = \"none\" or \"encoded\", or pack the set smaller "

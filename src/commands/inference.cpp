@@ -39,9 +39,8 @@ InferenceJob open_inference_job(train::JobConfig config, const InferenceSource& 
   out.job = train::join_job(std::move(config));
   train::Job& job = *out.job;
   std::string path = source.checkpoint;
-  if (job.main_rank() && path.empty() && !newest_checkpoint(job.config, &path)) {
-    if (!source.config_weights) throw bad_input("{}: {}; {}", source.command, no_checkpoint_reason(job.config), source.hint);
-    path.clear();
+  if (job.main_rank() && path.empty() && !newest_checkpoint(job.config, &path) && !source.config_weights) {
+    throw bad_input("{}: {}; {}", source.command, no_checkpoint_reason(job.config), source.hint);
   }
   if (job.comm) path = job.comm->broadcast_string(source.command, path, 0);  // empty: the config's own weights
   if (path.empty()) {

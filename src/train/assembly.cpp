@@ -102,6 +102,7 @@ void assemble_data(Job& job) {
       train_options);
   job.test_loader = std::make_unique<data::Loader>(
       ds.test, data::DistributedSampler(ds.test->size(), /*shuffle=*/false, 0, shard), test_options);
+  log_info("train order: {}", job.train_loader->sampler().describe());
   job.steps_per_epoch = job.train_loader->batches_per_epoch();
   job.total_steps = job.steps_per_epoch * c.train.epochs;
 }
@@ -358,6 +359,10 @@ void assemble_step(Job& job, const std::string& checkpoint_dir) {
                                               job.device, job.comm.get());
   job.batch_transforms = make_batch_transforms(job);
   job.observers = make_step_observers(job);
+  std::vector<std::string> parts;
+  for (const auto& t : job.batch_transforms) parts.push_back("batch transform " + t->describe());
+  for (const auto& o : job.observers) parts.push_back("step observer " + o->describe());
+  if (!parts.empty()) log_info("recipe: {}", fmt::join(parts, "; "));
 }
 
 }  // namespace

@@ -30,8 +30,6 @@ const char* status_name(Status s) {
   return "?";
 }
 
-DoctorCheck named(const char* name) { return doctor_check(name); }
-
 }  // namespace
 
 DoctorCheck doctor_check(const char* name) {
@@ -40,13 +38,8 @@ DoctorCheck doctor_check(const char* name) {
   return c;
 }
 
-std::string gib(double bytes) {
-  return bytes < 1024.0 * 1024 * 1024 ? fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0))
-                                      : fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-}
-
 DoctorCheck check_cores(const JobConfig& job, int local_ranks) {
-  DoctorCheck c = named("cores");
+  DoctorCheck c = doctor_check("cores");
   const int cores = available_cores();
   const int threads = compute_threads(job, local_ranks);
   const char* omp = std::getenv("OMP_NUM_THREADS");
@@ -65,13 +58,13 @@ DoctorCheck check_cores(const JobConfig& job, int local_ranks) {
 }
 
 DoctorCheck check_memory(int local_ranks) {
-  DoctorCheck c = named("memory");
+  DoctorCheck c = doctor_check("memory");
   const uint64_t total = physical_memory_bytes(), avail = available_memory_bytes();
   struct statvfs shm {};
   const bool have_shm = ::statvfs("/dev/shm", &shm) == 0;
   const double shm_free = have_shm ? static_cast<double>(shm.f_bavail) * static_cast<double>(shm.f_frsize) : 0;
-  c.found = fmt::format("{} available of {}; /dev/shm {}", gib(static_cast<double>(avail)), gib(static_cast<double>(total)),
-                        have_shm ? gib(shm_free) + " free" : std::string("missing"));
+  c.found = fmt::format("{} available of {}; /dev/shm {}", human_bytes(avail), human_bytes(total),
+                        have_shm ? human_bytes(static_cast<uint64_t>(shm_free)) + " free" : std::string("missing"));
   if (local_ranks > 1 && shm_free < 512.0 * 1024 * 1024) {
     c.status = Status::kWarn;
     c.fix = "data parallel on one machine passes tensors through /dev/shm: give it at least 512 MiB (in Docker: "
@@ -85,7 +78,7 @@ DoctorCheck check_memory(int local_ranks) {
 }
 
 DoctorCheck check_libtorch() {
-  DoctorCheck c = named("libtorch");
+  DoctorCheck c = doctor_check("libtorch");
   c.found = fmt::format("libtorch {}{}, oneDNN {}, {} compute thread(s) as the run sets them", compat::torch_version(),
                         compat::built_with_cuda() ? " (CUDA build)" : " (CPU build)",
                         at::hasMKLDNN() ? "yes" : "no", compat::num_threads());
@@ -94,7 +87,7 @@ DoctorCheck check_libtorch() {
 
 
 DoctorCheck check_cuda() {
-  DoctorCheck c = named("cuda");
+  DoctorCheck c = doctor_check("cuda");
   const int devices = compat::cuda_device_count();
   c.found = compat::built_with_cuda() ? fmt::format("{} CUDA device(s)", devices)
                                       : std::string("this libtorch has no CUDA: training runs on the CPU");
@@ -132,7 +125,7 @@ DoctorReport run_doctor_quick(const JobConfig& job, int local_ranks) {
   report.checks.push_back(check_cores(job, local_ranks));
   report.checks.push_back(check_memory(local_ranks));
   report.checks.push_back(check_libtorch());
-  DoctorCheck bf16 = named("bf16");
+  DoctorCheck bf16 = doctor_check("bf16");
   std::string flag;
   bf16.found = cpu_has_native_bf16(&flag)
                    ? fmt::format("this CPU computes bf16 in hardware ({}): precision = \"auto\" trains in bf16 here", flag)

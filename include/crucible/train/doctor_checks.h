@@ -39,6 +39,5 @@ DoctorCheck check_cores(const JobConfig& job, int local_ranks);
 DoctorCheck check_memory(int local_ranks);
 DoctorCheck check_libtorch();
 DoctorCheck check_cuda();
-std::string gib(double bytes);  // "1.5 GiB" / "300.0 MiB"
 
 }  // namespace crucible::train
