@@ -28,10 +28,13 @@
 #include "crucible/core/rng.h"
 #include "crucible/core/thread_pool.h"
 #include "crucible/data/array_source.h"
+#include "crucible/data/augment.h"
+#include "crucible/data/image_ops.h"
 #include "crucible/data/loader.h"
 #include "crucible/data/pipeline.h"
 #include "crucible/data/sampler.h"
 #include "crucible/io/tensor_file.h"
+#include "crucible/train/data_recipe.h"
 #include "crucible/train/data_setup.h"
 #include "crucible/train/job_config.h"
 
@@ -222,8 +225,14 @@ class NativeLoader {
     if (source->spec().type == data::SampleType::kFeatures && a.hflip > 0) {
       throw bad_input("ArrayLoader: hflip flips uint8 images; {} holds float features", a.features);
     }
+    // The training chain a job with these settings runs: the flip, then data.augment (settings).
+    l->job_.data.hflip = a.hflip;
     data::SampleTransforms transforms;
-    if (a.hflip > 0) transforms.push_back(std::make_shared<data::RandomHorizontalFlip>(static_cast<float>(a.hflip)));
+    if (source->spec().type == data::SampleType::kPixels) {
+      transforms = train::training_transforms(l->job_, source->spec());
+    } else if (l->job_.data.augment != "none" && source->spec().type != data::SampleType::kPixels) {
+      throw bad_input("ArrayLoader: augment needs uint8 images; {} holds float features", a.features);
+    }
     l->pipeline_ = std::make_shared<data::ArrayPipeline>(source, std::move(transforms), l->augment_seed());
     l->start_loader();
     return l;
@@ -375,6 +384,132 @@ void save(const std::string& path, const std::vector<std::tuple<std::string, std
   io::write_tensors(path, format, set);
 }
 
+// ---- image operations (crucible.transforms) ------------------------------------------------------
+
+// A writable, C-contiguous uint8 [channels, height, width] array as an ImageRef (planar).
+data::ImageRef chw_image(py::buffer& buffer, py::buffer_info& info) {
+  info = buffer.request(/*writable=*/true);
+  if (info.ndim != 3 || info.itemsize != 1 || info.format != py::format_descriptor<uint8_t>::format()) {
+    throw bad_input("image operations take uint8 [channels, height, width] arrays (found {} dimensions of format {})",
+                    info.ndim, info.format);
+  }
+  const auto c = info.shape[0], h = info.shape[1], w = info.shape[2];
+  if (info.strides[2] != 1 || info.strides[1] != w || info.strides[0] != w * h) {
+    throw bad_input("image operations take C-contiguous arrays");
+  }
+  return data::ImageRef{static_cast<uint8_t*>(info.ptr), static_cast<int>(w), static_cast<int>(h), static_cast<int>(c),
+                        /*planar=*/true};
+}
+
+data::ops::Fill make_fill(const std::vector<double>& values, int channels) {
+  data::ops::Fill f;
+  if (values.empty()) return f;
+  if (values.size() != 1 && values.size() != static_cast<size_t>(channels)) {
+    throw bad_input("fill: one value or one per channel ({}) expected, found {}", channels, values.size());
+  }
+  f.set = true;
+  for (size_t c = 0; c < 3; ++c) f.value[c] = static_cast<float>(values[values.size() == 1 ? 0 : std::min<size_t>(c, values.size() - 1)]);
+  return f;
+}
+
+// One torchvision functional operation, in place: `op` is its name, `args` its numbers in
+// torchvision's order (affine: angle, tx, ty, scale, shear_x, shear_y[, cx, cy]).
+void image_op(py::buffer buffer, const std::string& op, const std::vector<double>& args, const std::string& interpolation,
+              const std::vector<double>& fill) {
+  py::buffer_info info;
+  const data::ImageRef img = chw_image(buffer, info);
+  namespace ops = data::ops;
+  auto arg = [&](size_t i) {
+    if (i >= args.size()) throw bad_input("{}: {} arguments expected, found {}", op, i + 1, args.size());
+    return args[i];
+  };
+  py::gil_scoped_release release;
+  if (op == "adjust_brightness") return ops::adjust_brightness(img, arg(0));
+  if (op == "adjust_saturation") return ops::adjust_saturation(img, arg(0));
+  if (op == "adjust_contrast") return ops::adjust_contrast(img, arg(0));
+  if (op == "adjust_sharpness") return ops::adjust_sharpness(img, arg(0));
+  if (op == "posterize") return ops::posterize(img, static_cast<int>(arg(0)));
+  if (op == "solarize") return ops::solarize(img, arg(0));
+  if (op == "autocontrast") return ops::autocontrast(img);
+  if (op == "equalize") return ops::equalize(img);
+  if (op == "invert") return ops::invert(img);
+  const ops::Interpolation mode = ops::parse_interpolation(interpolation, "interpolation");
+  if (op == "affine") {
+    const double center[2] = {args.size() >= 8 ? args[6] : 0.0, args.size() >= 8 ? args[7] : 0.0};
+    return ops::affine(img, arg(0), arg(1), arg(2), arg(3), arg(4), arg(5), mode, make_fill(fill, img.channels),
+                       args.size() >= 8 ? center : nullptr);
+  }
+  if (op == "rotate") return ops::rotate(img, arg(0), mode, make_fill(fill, img.channels));
+  throw bad_input("no image operation \"{}\"", op);
+}
+
+data::AugmentOptions augment_options(const std::string& name, const std::map<std::string, double>& numbers,
+                                     const std::string& policy, const std::string& interpolation,
+                                     const std::vector<double>& fill, int channels) {
+  data::AugmentOptions o;
+  o.name = name;
+  o.policy = policy;
+  o.interpolation = interpolation;
+  o.fill = make_fill(fill, channels);
+  for (const auto& [key, value] : numbers) {
+    const int v = static_cast<int>(value);
+    if (key == "num_ops") o.num_ops = v;
+    else if (key == "magnitude") o.magnitude = v;
+    else if (key == "num_magnitude_bins") o.num_magnitude_bins = v;
+    else if (key == "severity") o.severity = v;
+    else if (key == "mixture_width") o.mixture_width = v;
+    else if (key == "chain_depth") o.chain_depth = v;
+    else if (key == "alpha") o.alpha = value;
+    else if (key == "all_ops") o.all_ops = value != 0;
+    else throw bad_input("{}: no option \"{}\"", name, key);
+  }
+  return o;
+}
+
+// The plan a policy draws for sample (seed, epoch, index) of a width × height image:
+// [(op name, bin, magnitude)].
+std::vector<std::tuple<std::string, int, double>> augment_plan(const std::string& name,
+                                                               const std::map<std::string, double>& numbers,
+                                                               const std::string& policy, uint64_t seed,
+                                                               uint64_t epoch, uint64_t index, int width, int height) {
+  auto t = data::make_augment(augment_options(name, numbers, policy, "", {}, 3));
+  auto* p = dynamic_cast<const data::AugmentPolicy*>(t.get());
+  if (!p) throw bad_input("{}: no plan to show (augmix mixes chains)", name);
+  SampleRng rng(seed, epoch, index);
+  std::vector<std::tuple<std::string, int, double>> out;
+  for (const auto& op : p->plan(rng, width, height)) out.emplace_back(data::augment_op_name(op.op), op.bin, op.magnitude);
+  return out;
+}
+
+// magnitudes_fn(bins, height, width)[bin] of `op` in a policy's space (0 for ops without).
+double augment_magnitude(const std::string& space_name, const std::string& op_name, int bins, int bin, int width,
+                         int height) {
+  data::AugmentSpace space;
+  if (space_name == "trivialaugment_wide") space = data::AugmentSpace::kTrivialAugmentWide;
+  else if (space_name == "randaugment") space = data::AugmentSpace::kRandAugment;
+  else if (space_name == "autoaugment") space = data::AugmentSpace::kAutoAugment;
+  else if (space_name == "augmix") space = data::AugmentSpace::kAugMix;
+  else throw bad_input("no augmentation space \"{}\"", space_name);
+  for (data::AugmentOp op : data::augment_space_ops(space)) {
+    if (op_name != data::augment_op_name(op)) continue;
+    return data::augment_op_has_magnitude(space, op) ? data::augment_magnitude(space, op, bins, bin, width, height) : 0.0;
+  }
+  throw bad_input("{} has no operation \"{}\"", space_name, op_name);
+}
+
+// A policy applied in place to one image as sample (seed, epoch, index) is.
+void augment_image(py::buffer buffer, const std::string& name, const std::map<std::string, double>& numbers,
+                   const std::string& policy, const std::string& interpolation, const std::vector<double>& fill,
+                   uint64_t seed, uint64_t epoch, uint64_t index) {
+  py::buffer_info info;
+  const data::ImageRef img = chw_image(buffer, info);
+  auto t = data::make_augment(augment_options(name, numbers, policy, interpolation, fill, img.channels));
+  if (!t) return;
+  py::gil_scoped_release release;
+  SampleRng rng(seed, epoch, index);
+  t->apply(img, rng);
+}
+
 }  // namespace
 }  // namespace crucible::python
 
@@ -431,6 +566,10 @@ PYBIND11_MODULE(_native, m) {
       .def("start", &NativeLoader::start)
       .def("next", &NativeLoader::next);
 
+  m.def("image_op", &image_op, "one torchvision functional operation on a uint8 [C, H, W] array, in place");
+  m.def("augment_magnitude", &augment_magnitude, "an operation's magnitude at a bin of a policy's space");
+  m.def("augment_plan", &augment_plan, "the operations a policy draws for one sample");
+  m.def("augment_image", &augment_image, "a policy applied to one uint8 [C, H, W] array as to sample (seed, epoch, index)");
   m.def("load", &load, "arrays of an npy/npz/safetensors/.pt file as DLPack capsules");
   m.def("save", &save, "write (name, dtype, shape, bytes) arrays as safetensors, npy or npz");
   m.attr("version") = CRUCIBLE_VERSION;

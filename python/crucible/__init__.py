@@ -17,9 +17,10 @@ import torch
 from torch.utils import dlpack as _dlpack
 
 from . import _native
+from . import transforms
 
 __version__ = _native.version
-__all__ = ["ImageLoader", "ArrayLoader", "load", "save"]
+__all__ = ["ImageLoader", "ArrayLoader", "load", "save", "transforms"]
 
 
 def _tensor(capsule):
@@ -91,6 +92,33 @@ class _Loader:
         a.drop_last = bool(drop_last)
         a.nchw = layout == "NCHW"
         return a
+
+    @staticmethod
+    def _augment_settings(augment, augment_options):
+        """data.* overrides for augment="trivialaugment_wide" (etc.) and its torchvision options."""
+        if augment is None:
+            if augment_options:
+                raise ValueError("augment_options without augment: name the augmentation too")
+            return []
+        keys = {"num_ops": "augment_num_ops", "magnitude": "augment_magnitude",
+                "num_magnitude_bins": "augment_bins", "policy": "augment_policy",
+                "interpolation": "augment_interpolation", "fill": "augment_fill",
+                "severity": "augmix_severity", "mixture_width": "augmix_width", "chain_depth": "augmix_depth",
+                "alpha": "augmix_alpha", "all_ops": "augmix_all_ops"}
+        out = [f"data.augment={augment}"]
+        for k, v in (augment_options or {}).items():
+            if k not in keys:
+                raise ValueError(f"augment_options: unknown option {k!r} (known: {', '.join(keys)})")
+            if k == "fill":
+                v = "[" + ", ".join(str(float(x)) for x in (v if isinstance(v, (list, tuple)) else [v])) + "]"
+            elif k == "interpolation":
+                v = getattr(v, "value", v)
+            elif k == "policy":
+                v = getattr(v, "value", v)
+            elif isinstance(v, bool):
+                v = "true" if v else "false"
+            out.append(f"data.{keys[k]}={v}")
+        return out
 
     def __len__(self):
         return self._native.batches_per_epoch()
@@ -211,7 +239,12 @@ class ImageLoader(_Loader):
     DistributedSampler's shard (padded to equal length, drop_last=False there). drop_last drops a
     final partial batch. threads=None measures the best count (D10). cache: "none", "encoded" or
     "decoded" (data.cache). bad_samples: "fail" (a bad file raises ValueError naming it) or "skip"
-    (left out of its batch and named in `skipped`). settings: any other crucible data.* keys,
+    (left out of its batch and named in `skipped`). augment: "randaugment", "trivialaugment_wide",
+    "autoaugment" or "augmix" after the crop and flip (torchvision's v2 transforms, on the loader
+    threads), augment_options their torchvision arguments ({"num_ops": 2, "magnitude": 9,
+    "num_magnitude_bins": 31, "policy": "imagenet", "interpolation": "bilinear", "fill": [0],
+    "severity": 3, "mixture_width": 3, "chain_depth": -1, "alpha": 1.0, "all_ops": True}).
+    settings: any other crucible data.* keys,
     e.g. {"data.prefetch": 8}. pin_memory: None pins when CUDA is available (D9: each batch is
     built straight into pinned memory torch allocated, ready for .cuda(non_blocking=True)).
 
@@ -221,14 +254,15 @@ class ImageLoader(_Loader):
 
     def __init__(self, source, *, batch_size, crop=224, train=True, seed=0, rank=None, world_size=None,
                  threads=None, cache="none", bad_samples="fail", layout="NCHW", drop_last=False, epoch=0,
-                 dtype=None, mean=None, std=None, settings=None, pin_memory=None):
+                 dtype=None, mean=None, std=None, settings=None, pin_memory=None, augment=None,
+                 augment_options=None):
         a = self._args(batch_size, seed, rank, world_size, threads, layout, drop_last, dtype, mean, std,
                        "ImageLoader")
         a.source = str(source)
         a.crop = int(crop)
         a.train = bool(train)
         a.overrides = [f"data.cache={cache}", f"data.bad_samples={bad_samples}"] + [
-            f"{k}={v}" for k, v in (settings or {}).items()]
+            f"{k}={v}" for k, v in (settings or {}).items()] + self._augment_settings(augment, augment_options)
         self._setup(_native.Loader.images, a, epoch=epoch, dtype=dtype, mean=mean, std=std, pin_memory=pin_memory)
 
 
@@ -237,20 +271,22 @@ class ArrayLoader(_Loader):
     .npz member ("data.npz:x") or safetensors entry of uint8 images [N, H, W(, C)] or float
     features [N, C, H, W] (or [N, D]); `labels` integer class indices [N] or 0–1 targets
     [N, classes] (multi-label: the labels come as float targets). shuffle=True reshuffles each
-    epoch; hflip flips uint8 images with that probability. Images come as ImageLoader's (uint8,
+    epoch; hflip flips uint8 images with that probability, then augment/augment_options as
+    ImageLoader's. Images come as ImageLoader's (uint8,
     NCHW or NHWC, dtype/mean/std to convert); float features as stored. rank, world_size,
     threads, drop_last, pin_memory, epochs and state as ImageLoader.
     """
 
     def __init__(self, features, labels, *, batch_size, shuffle=True, seed=0, rank=None, world_size=None,
                  threads=None, hflip=0.0, layout="NCHW", drop_last=False, epoch=0, dtype=None, mean=None,
-                 std=None, pin_memory=None):
+                 std=None, pin_memory=None, augment=None, augment_options=None):
         a = self._args(batch_size, seed, rank, world_size, threads, layout, drop_last, dtype, mean, std,
                        "ArrayLoader")
         a.features = str(features)
         a.labels = str(labels)
         a.train = bool(shuffle)
         a.hflip = float(hflip)
+        a.overrides = self._augment_settings(augment, augment_options)
         self._setup(_native.Loader.arrays, a, epoch=epoch, dtype=dtype, mean=mean, std=std, pin_memory=pin_memory)
 
 

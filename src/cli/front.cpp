@@ -35,6 +35,7 @@ constexpr TorchCommand kTorchCommands[] = {
     {"predict", "write each test sample's top-K classes and probabilities to a .jsonl or .csv file"},
     {"tune", "find settings by measuring them (tune batch)"},
     {"doctor", "check the machine and the job before a long run (threads, memory, ulimit -n, bf16, CUDA, data)"},
+    {"preview", "write a PNG grid of training samples as the model sees them (augmentations, MixUp/CutMix), labelled"},
 };
 
 std::string own_folder() {

@@ -20,6 +20,7 @@
 #include "crucible/commands/evaluate.h"
 #include "crucible/commands/model_bench.h"
 #include "crucible/commands/predict.h"
+#include "crucible/commands/preview.h"
 #include "crucible/commands/tune.h"
 #include "crucible/core/config.h"
 #include "crucible/core/error.h"
@@ -105,14 +106,15 @@ int run_train(const JobArgs& args, bool resume, bool restart) {
   return 0;
 }
 
-int run_eval(const JobArgs& args, const std::string& checkpoint) {
-  const commands::EvalSummary s = commands::evaluate_checkpoint(load_job(args), checkpoint);
-  log_info("eval: test accuracy {:.2f}% (top-5 {:.2f}%), loss {:.6f}, model of step {} from {}", 100 * s.test_acc,
-           100 * s.test_top5, s.test_loss, s.step, s.checkpoint);
+int run_eval(const JobArgs& args, const std::string& checkpoint, const std::string& weights) {
+  const commands::EvalSummary s = commands::evaluate_checkpoint(load_job(args), checkpoint, weights);
+  log_info("eval: test accuracy {:.2f}% (top-5 {:.2f}%), loss {:.6f}, {} of step {} from {}", 100 * s.test_acc,
+           100 * s.test_top5, s.test_loss, s.weights == "ema" ? "weight EMA" : "model", s.step, s.checkpoint);
   if (args.json && log_rank() == 0) {
     const nlohmann::json j = {{"test_acc", s.test_acc}, {"test_top5", s.test_top5}, {"test_loss", s.test_loss},
                               {"step", s.step},
-                              {"checkpoint", s.checkpoint}, {"params_sha256", s.params_sha256}};
+                              {"checkpoint", s.checkpoint}, {"params_sha256", s.params_sha256},
+                              {"weights", s.weights}};
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;
@@ -148,6 +150,14 @@ struct Subcommand {
   std::function<int()> run;
 };
 
+// eval's and predict's --weights: the checkpoint's model, or its weight EMA (train.ema).
+void add_weights_option(CLI::App* cmd, std::string& weights) {
+  cmd->add_option("--weights", weights,
+                  "which weights of the checkpoint: model, or ema (the weight EMA of a run with train.ema = true)")
+      ->check(CLI::IsMember({"model", "ema"}))
+      ->capture_default_str();
+}
+
 // The built-in job's keys for `train --help`. The built-in job must load; if it does not, this
 // build is broken: Error, which main reports as an internal error.
 std::string config_keys_help() {
@@ -175,6 +185,7 @@ Subcommand add_train(CLI::App& app) {
 Subcommand add_eval(CLI::App& app) {
   struct Args : JobArgs {
     std::string checkpoint;
+    std::string weights = "model";
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -182,7 +193,10 @@ Subcommand add_eval(CLI::App& app) {
   add_job_options(cmd, *a, "print one JSON object as the last line (rank 0)");
   cmd->add_option("--checkpoint", a->checkpoint,
                   "checkpoint file (default: the newest that verifies in <run.dir>/<run.name>/checkpoints)");
-  return {cmd, [a] { return run_eval(*a, a->checkpoint); }};
+  add_weights_option(cmd, a->weights);
+  cmd->footer("\nExit codes: 0 ok, 1 runtime failure, 2 bad usage (no checkpoint, --weights ema of a run without "
+              "train.ema).");
+  return {cmd, [a] { return run_eval(*a, a->checkpoint, a->weights); }};
 }
 
 Subcommand add_predict(CLI::App& app) {
@@ -196,6 +210,7 @@ Subcommand add_predict(CLI::App& app) {
   cmd->add_option("--checkpoint", a->options.checkpoint,
                   "checkpoint file (default: the newest that verifies in <run.dir>/<run.name>/checkpoints; "
                   "with none there, the config's model.init or TorchScript model.path)");
+  add_weights_option(cmd, a->options.weights);
   cmd->add_option("--top", a->options.top_k, "K: classes per sample, best first (clamped to the class count)")
       ->capture_default_str();
   cmd->add_option("--out", a->options.out, "file to write, atomically (rank 0)")->type_name("FILE")->required();
@@ -204,8 +219,38 @@ Subcommand add_predict(CLI::App& app) {
       "  FILE.jsonl: {\"index\":i,\"label\":y,\"top\":[class ids, best first],\"prob\":[their probabilities]}\n"
       "  FILE.csv:   header index,label,top1,...,topK,prob1,...,probK; one row per sample\n"
       "Under crucible launch the test set is sharded and rank 0 writes the same file one process would.\n"
-      "Exit codes: 0 ok, 1 runtime failure, 2 bad usage (K < 1, another extension, no checkpoint).");
+      "Exit codes: 0 ok, 1 runtime failure, 2 bad usage (K < 1, another extension, no checkpoint, --weights ema\n"
+      "of a run without train.ema).");
   return {cmd, [a] { return run_predict(*a, a->options); }};
+}
+
+Subcommand add_preview(CLI::App& app) {
+  struct Args : JobArgs {
+    commands::PreviewOptions options;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "preview", "write a PNG grid of training samples as the model sees them (augmentations, MixUp/CutMix), labelled");
+  add_job_options(cmd, *a, "print one JSON object as the last line");
+  cmd->add_option("--n", a->options.n, "samples to show: the first of epoch 0, in training order")
+      ->capture_default_str();
+  cmd->add_option("--out", a->options.out, "PNG file to write, atomically")->type_name("FILE.png")->required();
+  cmd->footer(
+      "\nThe samples after the crop, flip, data.augment, random erasing and MixUp/CutMix, before normalisation, as\n"
+      "the first steps of `crucible train` with the same config draw them (train.multi_scale is not applied).\n"
+      "Under each tile its class, or for a mixed target its two largest classes (\"3+7\"); the exact shares are\n"
+      "in the PNG's tEXt chunk \"crucible.labels\" (JSON, one object per tile).\n"
+      "Exit codes: 0 ok, 1 runtime failure, 2 bad usage (--n < 1, not .png, float-feature data).");
+  return {cmd, [a] {
+            const commands::PreviewSummary s = commands::preview(load_job(*a), a->options);
+            if (a->json) {
+              const nlohmann::json j = {{"out", a->options.out}, {"samples", s.samples}, {"columns", s.columns},
+                                        {"rows", s.rows}, {"width", s.width}, {"height", s.height},
+                                        {"batches", s.batches}, {"mixed", s.mixed}};
+              std::printf("%s\n", j.dump().c_str());
+            }
+            return 0;
+          }};
 }
 
 Subcommand add_doctor(CLI::App& app) {
@@ -297,7 +342,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("crucible ") + CRUCIBLE_VERSION);
   std::vector<Subcommand> subcommands;
   try {
-    subcommands = {add_train(app), add_eval(app), add_predict(app), add_doctor(app)};
+    subcommands = {add_train(app), add_eval(app), add_predict(app), add_doctor(app), add_preview(app)};
     CLI::App* tune = app.add_subcommand("tune", "find settings by measuring them");
     tune->require_subcommand(1);
     subcommands.push_back(add_tune_batch(*tune));

@@ -8,9 +8,11 @@
 
 namespace crucible::commands {
 
-EvalSummary evaluate_checkpoint(const train::JobConfig& config, const std::string& checkpoint) {
+EvalSummary evaluate_checkpoint(const train::JobConfig& config, const std::string& checkpoint,
+                                const std::string& weights) {
   InferenceJob ij = open_inference_job(
-      config, {"eval", checkpoint, /*config_weights=*/false, "give --checkpoint FILE or the run's run.dir/run.name"});
+      config,
+      {"eval", checkpoint, /*config_weights=*/false, "give --checkpoint FILE or the run's run.dir/run.name", weights});
   train::Job& job = *ij.job;
   const auto t0 = std::chrono::steady_clock::now();
   job.sync_bn_buffers();  // M2: every rank evaluates with the same statistics
@@ -24,6 +26,7 @@ EvalSummary evaluate_checkpoint(const train::JobConfig& config, const std::strin
   s.test_loss = r.loss;
   s.step = ij.step;
   s.params_sha256 = train::params_sha256(*job.model);
+  s.weights = ij.ema ? "ema" : "model";
   return s;
 }
 

@@ -43,13 +43,27 @@ InferenceJob open_inference_job(train::JobConfig config, const InferenceSource& 
     throw bad_input("{}: {}; {}", source.command, no_checkpoint_reason(job.config), source.hint);
   }
   if (job.comm) path = job.comm->broadcast_string(source.command, path, 0);  // empty: the config's own weights
+  if (source.weights != "model" && source.weights != "ema") {
+    throw bad_input("{} --weights: expected model or ema, found \"{}\"", source.command, source.weights);
+  }
+  out.ema = source.weights == "ema";
+  if (out.ema && path.empty()) {
+    throw bad_input("{} --weights ema: there is no checkpoint to take the weight EMA from ({}); give --checkpoint "
+                    "FILE of a run trained with train.ema = true",
+                    source.command, no_checkpoint_reason(job.config));
+  }
   if (path.empty()) {
     train::assemble_job(job, {});  // model.init loads (its log names what it did to the head), or TorchScript's
     return out;
   }
   const train::CheckpointData ckpt = train::read_checkpoint(path);
+  if (out.ema && ckpt.meta.count("ema.n_averaged") == 0) {
+    throw bad_input("{} --weights ema: {} holds no weight EMA (its run trained with train.ema = false); use "
+                    "--weights model",
+                    source.command, path);
+  }
   train::assemble_job(job, train::StoredChoices::of(ckpt, path));
-  train::CheckpointIO::reader(ckpt, path).model("model.", *job.model);
+  train::CheckpointIO::reader(ckpt, path).model(out.ema ? "ema." : "model.", *job.model);
   out.step = ckpt.meta_int("step", path);
   out.checkpoint = path;
   return out;

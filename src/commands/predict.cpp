@@ -150,11 +150,12 @@ PredictSummary predict(const train::JobConfig& config, const PredictOptions& opt
   const InferenceJob ij = open_inference_job(
       config, {"predict", options.checkpoint, config_weights,
                "give --checkpoint FILE, the run's run.dir/run.name, or weights in the config (model.init = "
-               "\"weights.pt\", or model.name = \"torchscript\" with model.path)"});
+               "\"weights.pt\", or model.name = \"torchscript\" with model.path)",
+               options.weights});
   train::Job& job = *ij.job;
   PredictSummary s;
   if (!ij.checkpoint.empty()) {
-    s.model = fmt::format("model of step {} from {}", ij.step, ij.checkpoint);
+    s.model = fmt::format("{} of step {} from {}", ij.ema ? "weight EMA" : "model", ij.step, ij.checkpoint);
   } else if (config.model.name == "torchscript" && config.model.init.empty()) {
     s.model = fmt::format("TorchScript module {} as saved", config.model.path);
   } else {

@@ -28,6 +28,10 @@ const char* rng_stream_name(RngStream stream) {
       return "dropout";
     case RngStream::kScale:
       return "scale";
+    case RngStream::kMix:
+      return "mix";
+    case RngStream::kErase:
+      return "erase";
   }
   return "?";
 }
@@ -41,7 +45,8 @@ uint64_t derive_seed(uint64_t run_seed, RngStream stream) {
 
 SampleRng::SampleRng(uint64_t stream_seed, uint64_t epoch, uint64_t index)
     : key_{static_cast<uint32_t>(stream_seed), static_cast<uint32_t>(stream_seed >> 32)},
-      counter_{0, static_cast<uint32_t>(epoch), static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32)},
+      counter_{0, static_cast<uint32_t>(epoch), static_cast<uint32_t>(index),
+               static_cast<uint32_t>(index >> 32) ^ static_cast<uint32_t>(epoch >> 32)},
       block_{0, 0, 0, 0} {}
 
 uint32_t SampleRng::next_u32() {

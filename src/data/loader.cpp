@@ -137,10 +137,15 @@ void Loader::cancel_and_wait() {
 
 void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
   auto order = std::make_shared<const std::vector<int64_t>>(sampler_->epoch_order(epoch));
+  auto copies = std::make_shared<const std::vector<int64_t>>(sampler_->epoch_copies(epoch));
+  if (!copies->empty() && copies->size() != order->size()) {
+    throw std::logic_error(fmt::format("sampler: {} copy numbers for {} positions", copies->size(), order->size()));
+  }
   cancel_and_wait();
   std::lock_guard<std::mutex> lock(mu_);
   epoch_ = epoch;
   order_ = std::move(order);
+  copies_ = std::move(copies);
   next_schedule_ = std::clamp<int64_t>(first_batch, 0, batches_per_epoch());
   next_return_ = next_schedule_;
   schedule_locked();
@@ -153,8 +158,9 @@ void Loader::schedule_locked() {
     const uint64_t gen = generation_;
     const int64_t epoch = epoch_;
     auto order = order_;
+    auto copies = copies_;
     ++in_flight_;
-    pool_->submit([this, gen, epoch, index, order] {
+    pool_->submit([this, gen, epoch, index, order, copies] {
       Slot slot;
       bool cancelled;
       {
@@ -164,7 +170,7 @@ void Loader::schedule_locked() {
       if (!cancelled) {
         const auto t0 = std::chrono::steady_clock::now();
         try {
-          slot.batch = build(epoch, index, *order);
+          slot.batch = build(epoch, index, *order, *copies);
         } catch (...) {
           slot.error = std::current_exception();
         }
@@ -201,7 +207,8 @@ std::optional<Batch> Loader::next() {
   return std::move(slot.batch);
 }
 
-Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& order) const {
+Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& order,
+                    const std::vector<int64_t>& copies) const {
   const int64_t begin = index * options_.batch_size;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(order.size()));
   const ImageSpec spec = pipeline_->output_spec();
@@ -220,12 +227,15 @@ Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& or
   b.targets.reserve(static_cast<size_t>((end - begin) * b.target_width));
   for (int64_t k = begin; k < end; ++k) {
     const int64_t id = order[static_cast<size_t>(k)];
+    const int64_t copy = copies.empty() ? 0 : copies[static_cast<size_t>(k)];
+    const int64_t key = draw_epoch(epoch, copy);  // a copy draws its own augmentation
     uint8_t* dst = b.pixels.data() + b.labels.size() * sample_bytes;  // compacted past skipped samples
     try {
       if (options_.sample_delay.count() > 0) std::this_thread::sleep_for(options_.sample_delay);  // test seam
-      b.labels.push_back(transpose ? pipeline_->produce_channels_first(id, epoch, dst)
-                                   : pipeline_->produce(id, epoch, dst));
+      b.labels.push_back(transpose ? pipeline_->produce_channels_first(id, key, dst)
+                                   : pipeline_->produce(id, key, dst));
       b.sample_ids.push_back(id);
+      if (!copies.empty()) b.copies.push_back(copy);
       if (b.target_width > 0) {
         b.targets.resize(b.labels.size() * static_cast<size_t>(b.target_width));
         pipeline_->copy_targets(id, b.targets.data() + b.targets.size() - static_cast<size_t>(b.target_width));

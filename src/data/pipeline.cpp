@@ -69,6 +69,12 @@ ImagePipeline::ImagePipeline(std::shared_ptr<const SampleSource> source, ImagePi
   if (!(opt_.center_fraction > 0.0 && opt_.center_fraction <= 1.0)) {
     throw bad_input("the evaluation centre-crop fraction must be in (0, 1], found {}", opt_.center_fraction);
   }
+  if (opt_.resize != 0 && opt_.resize < opt_.crop) {
+    throw bad_input("data.eval_resize = {} is smaller than the evaluation crop {}: the short side is resized to "
+                    "data.eval_resize, then the centre crop is cut from it (set eval_resize >= eval_crop, or 0 for "
+                    "int(crop / 0.875))",
+                    opt_.resize, opt_.crop);
+  }
   if (opt_.cache != CacheMode::kNone) cache_.resize(static_cast<size_t>(source_->size()));
 }
 
@@ -170,7 +176,8 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
   if (!opt_.train) {
     // torchvision's Resize(int(crop / fraction)) + CenterCrop(crop), literally: the whole image
     // resized (from the smallest DCT scale that still covers that size), then the crop copied.
-    const ResizeCentreCrop rc = resize_centre_crop(width, height, crop, opt_.center_fraction);
+    const ResizeCentreCrop rc = opt_.resize > 0 ? resize_centre_crop_to(width, height, opt_.resize, crop)
+                                                : resize_centre_crop(width, height, crop, opt_.center_fraction);
     thread_local std::vector<uint8_t> resized;
     resized.resize(static_cast<size_t>(rc.resized_width) * rc.resized_height * 3);
     if (decoded) {
@@ -238,6 +245,7 @@ std::string ImagePipeline::describe() const {
                      opt_.train ? "RandomResizedCrop" : "resize + centre", opt_.crop, opt_.crop,
                      opt_.train ? fmt::format("scale {}–{}{}{}", opt_.rrc.scale_min, opt_.rrc.scale_max,
                                              opt_.transforms.empty() ? "" : ", ", describe_transforms(opt_.transforms))
+                                : opt_.resize > 0 ? fmt::format("short side to {}, as torchvision's Resize({})", opt_.resize, opt_.resize)
                                 : fmt::format("short side to int({} / {}) = {}, as torchvision", opt_.crop,
                                               opt_.center_fraction,
                                               static_cast<int>(opt_.crop / opt_.center_fraction)),

@@ -51,7 +51,10 @@ int half_to_even(int margin) {
 }  // namespace
 
 ResizeCentreCrop resize_centre_crop(int width, int height, int crop, double fraction) {
-  const int size = static_cast<int>(crop / fraction);  // Python's int(crop / fraction)
+  return resize_centre_crop_to(width, height, static_cast<int>(crop / fraction), crop);  // Python's int(crop / fraction)
+}
+
+ResizeCentreCrop resize_centre_crop_to(int width, int height, int size, int crop) {
   const bool portrait = width <= height;
   const int64_t short_side = portrait ? width : height, long_side = portrait ? height : width;
   // int(size * long / short): an exact product, one correctly rounded division, truncated.

@@ -235,4 +235,8 @@ void sync_buffers(Comm& comm, nn::Model& model, const std::string& policy) {
   sync_named_buffers(comm, model.named_buffers(), policy);
 }
 
+void sync_buffers(Comm& comm, const std::vector<nn::NamedTensor>& buffers, const std::string& policy) {
+  sync_named_buffers(comm, buffers, policy);
+}
+
 }  // namespace crucible::distributed

@@ -205,6 +205,7 @@ const TomlEntry* find_entry(const std::vector<TomlEntry>& v, const std::string& 
 constexpr double kW = 560, kH = 220, kLeft = 64, kRight = 14, kTop = 12, kBottom = 42;
 constexpr const char* kTrainColour = "#2563eb";
 constexpr const char* kEvalColour = "#ea580c";
+constexpr const char* kEmaColour = "#16a34a";  // the weight EMA's evaluation
 constexpr const char* kRunColours[] = {"#2563eb", "#dc2626", "#16a34a", "#9333ea",
                                        "#ea580c", "#0891b2", "#a16207", "#db2777"};
 
@@ -370,8 +371,9 @@ struct ChartSpec {
 
 const std::vector<ChartSpec>& chart_specs() {
   static const std::vector<ChartSpec> specs = {
-      {"Loss", "loss", {{"train", "loss"}, {"eval", "test_loss"}}},
-      {"Accuracy", "accuracy", {{"train", "acc"}, {"eval", "test_acc"}}},
+      // test_*_ema: the weight EMA's evaluation (train.ema), drawn only where the records carry it.
+      {"Loss", "loss", {{"train", "loss"}, {"eval", "test_loss"}, {"eval", "test_loss_ema"}}},
+      {"Accuracy", "accuracy", {{"train", "acc"}, {"eval", "test_acc"}, {"eval", "test_acc_ema"}}},
       {"Learning rate", "lr", {{"train", "lr"}}},
       {"Throughput", "samples/s", {{"train", "samples_per_s"}}},
   };
@@ -379,7 +381,11 @@ const std::vector<ChartSpec>& chart_specs() {
 }
 
 std::string series_label(const std::string& type, const std::string& key) {
-  if (type == "eval") return key == "test_loss" ? "test loss" : key == "test_acc" ? "test acc" : key;
+  if (type == "eval") {
+    if (key == "test_loss_ema") return "test loss (EMA)";
+    if (key == "test_acc_ema") return "test acc (EMA)";
+    return key == "test_loss" ? "test loss" : key == "test_acc" ? "test acc" : key;
+  }
   if (key == "samples_per_s") return "samples/s";
   return "train " + key;
 }
@@ -629,6 +635,7 @@ std::string header_html(const RunView& r) {
     out += "<div class=\"stats\">";
     out += stat("test accuracy", pct_or_dash(s, "test_acc"));
     out += stat("test loss", num_or_dash(s, "test_loss"));
+    if (field(s, "test_acc_ema") != nullptr) out += stat("test accuracy (EMA weights)", pct_or_dash(s, "test_acc_ema"));
     out += stat("steps", num_or_dash(s, "steps"));
     out += stat("samples/s", num_or_dash(s, "samples_per_s"));
     out += stat("params sha256 (digest)", num_or_dash(s, "params_sha256"), true);
@@ -748,7 +755,10 @@ std::string curves_html(const std::vector<RunView>& runs) {
         s.id = fmt::format("{}.{}", type, key);
         s.run = r.label;
         s.dashed = std::string(type) == "eval";
-        s.colour = compare ? r.colour : (s.dashed ? kEvalColour : kTrainColour);
+        s.colour = compare ? r.colour : (s.dashed ? (s.id.size() > 4 && s.id.compare(s.id.size() - 4, 4, "_ema") == 0
+                                                         ? kEmaColour
+                                                         : kEvalColour)
+                                                  : kTrainColour);
         s.label = series_label(type, key);
         s.points = extract(r.records(), type, key);
         series.push_back(std::move(s));

@@ -80,6 +80,7 @@ void assemble_data(Job& job) {
            ds.test->size(), spec.to_string(), ds.num_classes, ds.train->target_width() > 0 ? ", multi-label" : "",
            seconds_since(t0));
   log_info("train pipeline: {}", ds.train->describe());
+  log_info("test pipeline: {}", ds.test->describe());
 
   job.loader_threads = static_cast<int>(c.data.threads);
   if (job.loader_threads == 0) {
@@ -293,7 +294,8 @@ void assemble_optimization(Job& job) {
     log_info("lr = {} per 256 samples × global batch {}{} / 256 = {} (T7)", c.optim.lr_per_256, global_batch,
              job.comm ? fmt::format(" ({} ranks × {})", job.world.size, c.train.batch_size) : "", lr);
   }
-  job.schedule = std::make_unique<Schedule>(c.schedule, lr, optimizer_momentum(c.optim), job.total_steps);
+  job.schedule =
+      std::make_unique<Schedule>(c.schedule, lr, optimizer_momentum(c.optim), job.total_steps, job.steps_per_epoch);
 }
 
 // Data parallel: SyncBatchNorm before gradient sync is set up (M3), then DDP's reducer (M5,

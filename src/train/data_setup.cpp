@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 std::shared_ptr<const data::SamplePipeline> image_pipeline(std::shared_ptr<const data::SampleSource> source,
                                                            const JobConfig& job, uint64_t seed, bool train) {
   data::ImagePipelineOptions o;
-  o.crop = static_cast<int>(job.data.crop);
+  o.crop = static_cast<int>(train || job.data.eval_crop == 0 ? job.data.crop : job.data.eval_crop);
+  if (!train) o.resize = static_cast<int>(job.data.eval_resize);
   o.train = train;
   if (train) o.transforms = training_transforms(job, data::ImageSpec{o.crop, o.crop, 3});
   o.cache = job.data.cache;

@@ -41,16 +41,20 @@ StoredChoices StoredChoices::of(const CheckpointData& ckpt, const std::string& p
   return s;
 }
 
-std::string params_sha256(nn::Model& model) {
+std::string tensors_sha256(const std::vector<NamedTensor>& tensors) {
   Sha256 h;
-  auto add = [&h](const std::string& name, const at::Tensor& t) {
+  for (const auto& [name, t] : tensors) {
     at::Tensor c = t.detach().to(at::kCPU).contiguous();  // outside the step: the end-of-run digest
     h.update(fmt::format("{}:{}:{}:{}\n", name.size(), name, c10::toString(c.scalar_type()), fmt::join(c.sizes(), ",")));
     h.update(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
-  };
-  for (const auto& p : model.named_parameters()) add(p.name, p.tensor);
-  for (const auto& b : model.named_buffers()) add(b.name, b.tensor);
+  }
   return h.hex_digest();
+}
+
+std::string params_sha256(nn::Model& model) {
+  std::vector<NamedTensor> all = model.named_parameters();
+  for (auto& b : model.named_buffers()) all.push_back(std::move(b));
+  return tensors_sha256(all);
 }
 
 }  // namespace crucible::train

@@ -41,6 +41,11 @@ void bind_run_data(JobConfig& j, ConfigSchema& s) {
         "images: training samples (image folder, tar shards, LMDB folder or packed index)");
   s.add("data", "test_path", &j.data.test_path, "images: test samples");
   s.add("data", "crop", &j.data.crop, "images: output side (RandomResizedCrop when training)").min(1);
+  s.add("data", "eval_crop", &j.data.eval_crop,
+        "images: the evaluation's centre crop (FixRes, --val-crop-size); 0 = data.crop").min(0);
+  s.add("data", "eval_resize", &j.data.eval_resize,
+        "images: the evaluation's short side before its centre crop (--val-resize-size); 0 = int(eval crop / 0.875)")
+      .min(0);
   using CM = data::CacheMode;
   s.add_enum("data", "cache", &j.data.cache,
              {{"none", CM::kNone}, {"encoded", CM::kEncoded}, {"decoded", CM::kDecoded}},
@@ -62,8 +67,55 @@ void bind_run_data(JobConfig& j, ConfigSchema& s) {
         "proportion); more than there are is an error")
       .non_negative();
   s.add("data", "hflip", &j.data.hflip, "probability of a random horizontal flip").min(0).max(1);
-  s.add("data", "sampler", &j.data.sampler, "the training order: distributed (PyTorch's DistributedSampler, X1)")
+  s.add("data", "augment", &j.data.augment,
+        "automatic augmentation after the crop and flip, equal to torchvision's v2 transform of that name")
+      .choices({"none", "randaugment", "trivialaugment_wide", "autoaugment", "augmix"});
+  s.add("data", "augment_num_ops", &j.data.augment_num_ops, "randaugment: operations per sample (num_ops)")
+      .non_negative();
+  s.add("data", "augment_magnitude", &j.data.augment_magnitude, "randaugment: the magnitude bin (magnitude)")
+      .non_negative();
+  s.add("data", "augment_bins", &j.data.augment_bins,
+        "randaugment, trivialaugment_wide: magnitude bins (num_magnitude_bins)")
+      .min(2);
+  s.add("data", "augment_policy", &j.data.augment_policy, "autoaugment: the learned policy")
+      .choices({"imagenet", "cifar10", "svhn"});
+  s.add("data", "augment_interpolation", &j.data.augment_interpolation,
+        "geometric operations' interpolation; auto = torchvision's default (bilinear for augmix, nearest otherwise)")
+      .choices({"auto", "nearest", "bilinear"});
+  s.add("data", "augment_fill", &j.data.augment_fill,
+        "pixel levels (0-255) outside shears, translations and rotations: [] = black (fill=None), one value or "
+        "one per channel");
+  s.add("data", "augmix_severity", &j.data.augmix_severity, "augmix: severity (bins 0..severity-1 of 10)")
+      .min(1)
+      .max(10);
+  s.add("data", "augmix_width", &j.data.augmix_width, "augmix: augmentation chains (mixture_width)").min(1);
+  s.add("data", "augmix_depth", &j.data.augmix_depth, "augmix: operations per chain (-1: 1 to 3 at random)")
+      .min(-1);
+  s.add("data", "augmix_alpha", &j.data.augmix_alpha, "augmix: Dirichlet and Beta concentration").positive();
+  s.add("data", "augmix_all_ops", &j.data.augmix_all_ops,
+        "augmix: include Brightness, Color, Contrast and Sharpness");
+  s.add("data", "random_erase", &j.data.random_erase,
+        "probability of torchvision's RandomErasing per training sample, after normalisation (0 = off)")
+      .min(0)
+      .max(1);
+  s.add("data", "random_erase_scale", &j.data.random_erase_scale, "random erasing: range of the erased area fraction");
+  s.add("data", "random_erase_ratio", &j.data.random_erase_ratio, "random erasing: range of the aspect ratio");
+  s.add("data", "random_erase_value", &j.data.random_erase_value,
+        "random erasing: the erased value(s) in normalised units, one or one per channel (0 = the mean colour)");
+  s.add("data", "mixup_alpha", &j.data.mixup_alpha,
+        "MixUp on the device, λ ~ Beta(α, α), soft targets (0 = off; with cutmix_alpha, one of the two per batch)")
+      .non_negative();
+  s.add("data", "cutmix_alpha", &j.data.cutmix_alpha,
+        "CutMix on the device, λ ~ Beta(α, α), λ corrected to the box (0 = off)")
+      .non_negative();
+  s.add("data", "sampler", &j.data.sampler,
+        "the training order: distributed (PyTorch's DistributedSampler, X1) or repeated (torchvision's RASampler: "
+        "repeated augmentation, data.repeats copies of each sample, floor(n // 256 * 256 / world) samples a rank "
+        "an epoch)")
       .choices(sampler_registry().names());
+  s.add("data", "repeats", &j.data.repeats,
+        "data.sampler = \"repeated\": copies of each sample (RASampler's repetitions, train.py's --ra-reps)")
+      .min(1);
   s.add("data", "mean", &j.data.mean, "per-channel mean for normalisation, in mean_std_range units");
   s.add("data", "std", &j.data.std, "per-channel std for normalisation, in mean_std_range units").positive();
   s.add("data", "mean_std_range", &j.data.mean_std_range,
@@ -104,13 +156,48 @@ void bind_model_optimization(JobConfig& j, ConfigSchema& s, const RegisteredName
   s.add("optim", "momentum", &j.optim.momentum, "sgd momentum").min(0).max(1, true);
   s.add("optim", "nesterov", &j.optim.nesterov, "sgd Nesterov momentum");
 
-  s.add("schedule", "name", &j.schedule.name, "learning-rate schedule").choices({"onecycle", "warmup_cosine", "constant"});
-  s.add("schedule", "warmup", &j.schedule.warmup, "fraction of all steps spent rising to the peak lr").min(0).max(1, true);
-  s.add("schedule", "div_factor", &j.schedule.div_factor, "first lr = lr / div_factor").min(1);
-  s.add("schedule", "final_div_factor", &j.schedule.final_div_factor, "last lr = first lr / final_div_factor").min(1);
+  s.add("schedule", "name", &j.schedule.name,
+        "learning-rate schedule; step, cosine and exponential are torchvision's reference (StepLR, "
+        "CosineAnnealingLR, ExponentialLR after an optional warm-up), equal to torch's at every step")
+      .choices({"onecycle", "warmup_cosine", "constant", "step", "cosine", "exponential"});
+  s.add("schedule", "warmup", &j.schedule.warmup,
+        "onecycle/warmup_cosine: fraction of all steps spent rising to the peak lr")
+      .min(0)
+      .max(1, true);
+  s.add("schedule", "div_factor", &j.schedule.div_factor, "onecycle/warmup_cosine: first lr = lr / div_factor").min(1);
+  s.add("schedule", "final_div_factor", &j.schedule.final_div_factor,
+        "onecycle/warmup_cosine: last lr = first lr / final_div_factor")
+      .min(1);
   s.add("schedule", "cycle_momentum", &j.schedule.cycle_momentum, "onecycle: cycle momentum/beta1 inversely to lr");
   s.add("schedule", "base_momentum", &j.schedule.base_momentum, "onecycle: momentum at the peak lr").min(0).max(1, true);
   s.add("schedule", "max_momentum", &j.schedule.max_momentum, "onecycle: momentum at the ends").min(0).max(1, true);
+  s.add("schedule", "interval", &j.schedule.interval,
+        "step/cosine/exponential: \"epoch\" = the lr changes at epoch boundaries (torchvision's train.py steps its "
+        "scheduler once per epoch); \"step\" = the same chain counted in optimizer steps (warm-up, T_max, "
+        "step_size in steps)")
+      .choices({"epoch", "step"});
+  s.add("schedule", "warmup_epochs", &j.schedule.warmup_epochs,
+        "step/cosine/exponential (--lr-warmup-epochs): epochs of warm-up before the main schedule, fewer than "
+        "train.epochs (0 = none); interval = \"step\": warmup_epochs × steps per epoch steps")
+      .non_negative();
+  s.add("schedule", "warmup_method", &j.schedule.warmup_method,
+        "--lr-warmup-method: linear (LinearLR: lr × warmup_decay rising to lr) or constant (ConstantLR: lr × "
+        "warmup_decay throughout)")
+      .choices({"linear", "constant"});
+  s.add("schedule", "warmup_decay", &j.schedule.warmup_decay,
+        "--lr-warmup-decay: the warm-up starts at lr × warmup_decay")
+      .positive()
+      .max(1);
+  s.add("schedule", "step_size", &j.schedule.step_size,
+        "step (--lr-step-size): lr × gamma every step_size epochs (interval = \"step\": optimizer steps)")
+      .min(1);
+  s.add("schedule", "gamma", &j.schedule.gamma,
+        "step/exponential (--lr-gamma): the factor per step_size epochs (step) or per epoch (exponential); per "
+        "optimizer step with interval = \"step\"")
+      .positive();
+  s.add("schedule", "lr_min", &j.schedule.lr_min,
+        "cosine (--lr-min): eta_min, reached at T_max = epochs - warmup_epochs")
+      .non_negative();
 
   auto& loss_name = s.add("loss", "name", &j.loss.name, "training loss");
   if (!names.losses.empty()) loss_name.choices(names.losses);
@@ -152,6 +239,20 @@ void bind_train(JobConfig& j, ConfigSchema& s) {
       .choices({"highest", "high", "medium"});
   s.add("train", "sync_debug", &j.train.sync_debug, "synchronise after every GPU kernel, as CUDA_LAUNCH_BLOCKING=1 (T14)");
   s.add("train", "release_cache", &j.train.release_cache, "release cached device memory at epoch ends (T13)");
+  s.add("train", "ema", &j.train.ema,
+        "keep an exponential moving average of the weights (parameters and BatchNorm buffers), torchvision's "
+        "--model-ema: evaluated after every epoch (test_acc_ema), in every checkpoint, eval/predict --weights ema; "
+        "during schedule.warmup_epochs each update copies the weights");
+  s.add("train", "ema_decay", &j.train.ema_decay,
+        "EMA decay per update before ema_adjust (--model-ema-decay): avg = decay × avg + (1 − decay) × model")
+      .min(0)
+      .max(1);
+  s.add("train", "ema_steps", &j.train.ema_steps,
+        "update the EMA after the optimizer step of every Nth batch of an epoch, from its first (--model-ema-steps)")
+      .min(1);
+  s.add("train", "ema_adjust", &j.train.ema_adjust,
+        "adjust ema_decay as torchvision's train.py does, for the samples between updates: decay = 1 − min(1, (1 − "
+        "ema_decay) × world size × batch_size × ema_steps / epochs); false = ema_decay as given");
 }
 
 // [checkpoint], [log] and [dist].

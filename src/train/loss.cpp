@@ -27,7 +27,10 @@ std::string weights_text(const std::vector<double>& w) {
   return w.empty() ? "" : fmt::format(", class weights [{}]", fmt::join(w, ", "));
 }
 
-// torch.nn.functional.cross_entropy over class indices, as PyTorch computes it.
+// torch.nn.functional.cross_entropy as PyTorch computes it: over class indices, or over class
+// probabilities [B, classes] (the soft targets of MixUp/CutMix), label smoothing applied to
+// either as torch applies it (probabilities: t (1 - ε) + ε / classes — how torchvision's recipe
+// combines the two).
 class CrossEntropy final : public Loss {
  public:
   CrossEntropy(const LossBuild& b)
@@ -35,12 +38,14 @@ class CrossEntropy final : public Loss {
     if (b.multi_label) refuse_multi_label();
   }
 
+  // Multi-label data are refused when the loss is built; [B, C] targets here are probabilities
+  // (MixUp/CutMix), float, and taken as torch takes them.
   at::Tensor mean(const at::Tensor& logits, const at::Tensor& targets) const override {
-    if (targets.dim() != 1) refuse_multi_label();  // torch would read [B, C] as class probabilities
+    check(targets);
     return at::cross_entropy_loss(logits, targets, weight(), at::Reduction::Mean, -100, smoothing_);
   }
   at::Tensor per_sample(const at::Tensor& logits, const at::Tensor& targets) const override {
-    if (targets.dim() != 1) refuse_multi_label();
+    check(targets);
     return at::cross_entropy_loss(logits, targets, weight(), at::Reduction::None);
   }
   at::Tensor probabilities(const at::Tensor& logits) const override { return at::softmax(logits, 1); }
@@ -49,6 +54,9 @@ class CrossEntropy final : public Loss {
   }
 
  private:
+  static void check(const at::Tensor& targets) {
+    if (targets.dim() == 2 && !targets.is_floating_point()) refuse_multi_label();
+  }
   [[noreturn]] static void refuse_multi_label() {
     throw bad_input("loss.name = \"cross_entropy\" takes one class per sample, but the labels are multi-label "
                     "targets [n, classes]: set loss.name = \"binary_cross_entropy\"");
@@ -121,6 +129,9 @@ std::unique_ptr<Loss> make_loss(const LossBuild& build) {
   return loss_registry().get(build.options.name, "loss.name").factory(build);
 }
 
+// [B, C] targets: a hit is a predicted class whose target exceeds one half — a positive of
+// multi-hot labels, or the class with the larger share of a MixUp/CutMix target (the target's
+// argmax, as torchvision's reference counts accuracy, but for an exact 50/50 tie).
 at::Tensor top1_hits(const at::Tensor& logits, const at::Tensor& targets) {
   const at::Tensor pick = logits.argmax(1);
   if (targets.dim() == 1) return pick.eq(targets);

@@ -7,12 +7,19 @@
 namespace crucible::train {
 
 // Each entry's factory, defined in the entry's own file.
+std::unique_ptr<BatchTransform> make_random_erasing(const Job& job);     // mixup.cpp
+std::unique_ptr<BatchTransform> make_mixup_cutmix(const Job& job);       // mixup.cpp
 std::unique_ptr<BatchTransform> make_multi_scale(const Job& job);        // multi_scale.cpp
 std::unique_ptr<StepObserver> make_histogram_observer(const Job& job);  // histogram_observer.cpp
+std::unique_ptr<StepObserver> make_ema_observer(const Job& job);        // ema.cpp
 
 const Registry<BatchTransformFactory>& batch_transform_registry() {
   static const Registry<BatchTransformFactory> registry = [] {
     Registry<BatchTransformFactory> r("batch transform");
+    r.add("random_erase", "data.random_erase: torchvision's RandomErasing per sample, from (seed, epoch, sample)",
+          make_random_erasing);
+    r.add("mixup_cutmix", "data.mixup_alpha, data.cutmix_alpha: MixUp or CutMix per batch, from (seed, step, rank)",
+          make_mixup_cutmix);
     r.add("multi_scale", "train.multi_scale: each step at one size drawn from (seed, step), the same on every rank (M4)",
           make_multi_scale);
     return r;
@@ -25,6 +32,9 @@ const Registry<StepObserverFactory>& step_observer_registry() {
     Registry<StepObserverFactory> r("step observer");
     r.add("histograms", "log.histogram_every: TensorBoard histograms of the weights and gradients",
           make_histogram_observer);
+    r.add("ema", "train.ema: an exponential moving average of the weights, torchvision's --model-ema, evaluated "
+                 "beside the model",
+          make_ema_observer);
     return r;
   }();
   return registry;

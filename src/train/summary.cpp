@@ -233,6 +233,7 @@ json summary_json(Job& job, const RunState& st, SessionRecord& session, const Tr
             {"torch_version", compat::torch_version()},
             {"crucible_version", CRUCIBLE_VERSION}};
   for (const auto& [name, value] : eval_figures) j[name] = value;
+  for (auto& o : job.observers) o->summary_fields(j);
   return j;
 }
 

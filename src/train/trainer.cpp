@@ -71,12 +71,11 @@ struct SimulatedOom : std::runtime_error {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// A model that can be written as TorchScript (a user model from Python) is, at the end of
-// training, written back to its run folder: model.ts.pt (torch.jit.load) and model.safetensors
-// (plain state_dict names). Rank 0 only (law 4).
-void export_model(nn::Model& model, const std::string& run_dir) {
-  const std::string ts = run_dir + "/model.ts.pt", st = run_dir + "/model.safetensors";
-  if (!model.save_torchscript(ts)) return;
+}  // namespace
+
+bool export_model(nn::Model& model, const std::string& run_dir, const std::string& stem) {
+  const std::string ts = run_dir + "/" + stem + ".ts.pt", st = run_dir + "/" + stem + ".safetensors";
+  if (!model.save_torchscript(ts)) return false;
   std::vector<at::Tensor> keep;
   std::vector<nn::NamedTensor> all = model.named_parameters();
   for (auto& b : model.named_buffers()) all.push_back(std::move(b));
@@ -87,10 +86,9 @@ void export_model(nn::Model& model, const std::string& run_dir) {
     bytes.push_back(io::tensor_bytes(all[i].name, all[i].tensor.detach().to(at::kCPU), keep[i]));
   }
   io::write_safetensors(st, bytes, {});
-  log_info("trained model → {} (TorchScript) and {} (safetensors, state_dict names)", ts, st);
+  log_info("trained {} → {} (TorchScript) and {} (safetensors, state_dict names)", stem, ts, st);
+  return true;
 }
-
-}  // namespace
 
 void request_stop() { g_stop.store(true); }
 
@@ -230,7 +228,10 @@ TrainSummary Trainer::Impl::run() {
     evaluate(sinks);
     save_checkpoint();
   }
-  if (main_rank()) export_model(*job->model, dir->path());
+  if (main_rank()) {
+    export_model(*job->model, dir->path(), "model");
+    for (auto& o : job->observers) o->after_training(*job->model, dir->path());
+  }
   sinks.finish(st.step);
   session.loader_busy = job->train_loader->busy_seconds();
   TrainSummary summary = summarize(/*already_complete=*/false);
@@ -287,7 +288,8 @@ void Trainer::Impl::run_epochs(obs::MetricSinks& sinks, int64_t stop_step) {
 // the step observers.
 void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& sp, obs::MetricSinks& sinks,
                                bool* stop) {
-  DeviceBatch b{job->input->images(batch), job->input->labels(batch), st.step, job->world.rank};
+  DeviceBatch b{job->input->images(batch), job->input->labels(batch), st.step, job->world.rank, batch.epoch,
+                batch.sample_ids, batch.copies};
   apply_batch_transforms(job->batch_transforms, b);
   job->clock->lap(Phase::kTransfer);
   if (step_trace) {
@@ -314,7 +316,7 @@ void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& 
   st.samples += batch.size() * job->world.size;  // global (exact unless the skip policy dropped samples)
   st.interval_samples += batch.size();
   sinks.step_done(st.step, st.epoch);
-  for (auto& o : job->observers) o->after_update({st.step, st.epoch, *job->model, sinks});
+  for (auto& o : job->observers) o->after_update({st.step, st.epoch, *job->model, sinks, st.batch_in_epoch});
 }
 
 // The checkpoint's contents, listed once: written by save_checkpoint, read back on resume.
@@ -369,6 +371,7 @@ void Trainer::Impl::checkpoint_fields(CheckpointIO& io) {
 void Trainer::Impl::save_checkpoint() {
   const auto t0 = Clock::now();
   job->sync_bn_buffers();  // M2
+  for (auto& o : job->observers) o->before_checkpoint();
   verify_replicas();
   if (!main_rank()) return;  // law 4: rank 0 writes; the replicas are equal
   CheckpointData data;

@@ -5,6 +5,7 @@
 // To add a case: build a Loader over an InMemorySource (make_source) or a small fake
 // SamplePipeline that records or delays what it needs, and check the batches, never a timing.
 #include "crucible/data/loader.h"
+#include "crucible/data/repeated_sampler.h"
 
 #include <gtest/gtest.h>
 #include <sys/syscall.h>
@@ -53,6 +54,51 @@ LoaderOptions opts(int threads) {
 
 std::shared_ptr<const SamplePipeline> flipping(std::shared_ptr<const Source> src) {
   return std::make_shared<ArrayPipeline>(std::move(src), test::flip(0.5f), 99);
+}
+
+// Repeated augmentation (data.sampler = "repeated"): each copy of a sample draws its own
+// augmentation (here the flip), keyed on (epoch, index, copy); a first copy draws exactly what
+// the sample draws under the ordinary sampler, and the batches stay the same for 1 and 4 threads.
+TEST(Loader, RepeatedCopiesDrawTheirOwnAugmentationFirstCopiesAsEver) {
+  auto src = make_source(1000);
+  const RepeatedAugmentationSampler ra(1000, true, 5, 3, Sampler::Shard{});
+  Loader one(flipping(src), std::make_shared<const RepeatedAugmentationSampler>(ra), opts(1));
+  Loader four(flipping(src), std::make_shared<const RepeatedAugmentationSampler>(ra), opts(4));
+  auto a = epoch(one, 2), b = epoch(four, 2);
+  ASSERT_EQ(a.size(), b.size());
+  const size_t sample_bytes = 20;
+  std::map<int64_t, std::vector<std::string>> copies;  // sample → the pixels of its copies, in order
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].pixels, b[i].pixels) << "batch " << i;
+    EXPECT_EQ(a[i].copies, b[i].copies);
+    ASSERT_EQ(a[i].copies.size(), a[i].sample_ids.size());
+    for (size_t k = 0; k < a[i].sample_ids.size(); ++k) {
+      auto& v = copies[a[i].sample_ids[k]];
+      EXPECT_EQ(a[i].copies[k], static_cast<int64_t>(v.size()));  // copies 0, 1, 2 in order
+      v.emplace_back(reinterpret_cast<const char*>(a[i].pixels.data()) + k * sample_bytes, sample_bytes);
+    }
+  }
+  // The ordinary sampler's draw for (epoch 2, index) is the first copy's.
+  Loader plain(flipping(src), DistributedSampler(1000, false, 0), opts(2));
+  std::map<int64_t, std::string> first;
+  for (const Batch& batch : epoch(plain, 2)) {
+    for (size_t k = 0; k < batch.sample_ids.size(); ++k) {
+      first[batch.sample_ids[k]].assign(reinterpret_cast<const char*>(batch.pixels.data()) + k * sample_bytes,
+                                        sample_bytes);
+    }
+  }
+  int differ = 0, full = 0;
+  for (const auto& [id, v] : copies) {
+    EXPECT_EQ(v[0], first[id]) << "sample " << id;
+    if (v.size() < 3) continue;
+    ++full;
+    differ += v[0] != v[1] || v[1] != v[2];
+  }
+  EXPECT_EQ(full, 256);
+  // Three independent flips of p = 0.5 agree with probability 1/4: about 192 of 256 differ
+  // (identical draws for the copies would give 0).
+  EXPECT_GT(differ, 150);
+  EXPECT_LT(differ, 230);
 }
 
 // Law 1: thread timing never changes what a batch holds.

@@ -11,6 +11,7 @@
 
 #include "crucible/core/error.h"
 #include "crucible/core/sha256.h"
+#include "crucible/data/augment.h"
 #include "crucible/data/loader.h"
 #include "crucible/data/sample_source.h"
 #include "crucible/data/sample_transform.h"
@@ -73,6 +74,32 @@ TEST(ImagePipeline, SameBatchesForAnyThreadCountAndAcrossRestore) {
   EXPECT_EQ(run_digest(p, 2), one);
   EXPECT_EQ(run_digest(p, 4), one);
   EXPECT_EQ(run_digest(p, 3, /*split_at=*/2), one);
+}
+
+// Issue 26: with every automatic augmentation on (after the flip, as torchvision's preset), the
+// batches are still identical for 1, 2 and 4 threads and across a mid-epoch restore (law 1: each
+// op, bin, sign and mixing weight comes from the sample's own stream) — and the augmentation did
+// change them.
+TEST(ImagePipeline, EveryAugmentationGivesTheSameBatchesForAnyThreadCountAndAcrossRestore) {
+  test::TempDir d;
+  make_folder(d.path(), 24);
+  auto src = std::shared_ptr<const SampleSource>(open_image_folder(d.path()));
+  const std::string plain = run_digest(std::make_shared<ImagePipeline>(src, options(32)), 1);
+  for (const char* name : {"trivialaugment_wide", "randaugment", "autoaugment", "augmix"}) {
+    for (const char* interpolation : {"nearest", "bilinear"}) {
+      AugmentOptions a;
+      a.name = name;
+      a.interpolation = interpolation;
+      ImagePipelineOptions o = options(32);
+      o.transforms.push_back(make_augment(a));
+      auto p = std::make_shared<ImagePipeline>(src, o);
+      const std::string one = run_digest(p, 1);
+      EXPECT_NE(one, plain) << name;
+      EXPECT_EQ(run_digest(p, 2), one) << name << " " << interpolation;
+      EXPECT_EQ(run_digest(p, 4), one) << name << " " << interpolation;
+      EXPECT_EQ(run_digest(p, 3, /*split_at=*/2), one) << name << " " << interpolation;
+    }
+  }
 }
 
 // "encoded" keeps the file bytes: pixels equal no cache. "decoded" keeps full-resolution
@@ -176,7 +203,8 @@ TEST(ImagePipeline, EvaluationCropIsDeterministic) {
 }
 
 // The evaluation transform is torchvision's Resize(int(crop / 0.875)) + CenterCrop(crop) (the
-// ImageNet recipe: Resize(256) + CenterCrop(224)), compared with torchvision 0.14 + PIL on
+// ImageNet recipe: Resize(256) + CenterCrop(224)), or Resize(data.eval_resize) + CenterCrop
+// (FixRes: Resize(232) + CenterCrop(224)), compared with torchvision 0.14 + PIL on
 // generated images of assorted sizes, both orientations, down- and upscaled. PNGs (lossless)
 // carry sharp stripes about 1/12 of the image wide: only the resize's fixed-point rounding may
 // differ (max 1 level). JPEGs carry smooth waves (a JPEG of sharp coloured stripes is mostly
@@ -209,15 +237,18 @@ TEST(ImagePipeline, EvaluationIsTorchvisionResizeThenCentreCrop) {
     std::string format;
     int crop;
     std::string decode;  // "fast" | "accurate" | "cached" (data.cache = "decoded": from full resolution)
+    int resize = 0;      // FixRes (data.eval_resize): Resize(resize) instead of Resize(int(crop / 0.875))
   };
   const std::vector<Case> cases = {{"png", 224, "fast"},     {"png", 32, "fast"},     {"png", 100, "fast"},
                                    {"png", 224, "cached"},   {"png", 32, "cached"},   {"jpg", 224, "accurate"},
-                                   {"jpg", 32, "accurate"},  {"jpg", 224, "fast"},    {"jpg", 32, "fast"}};
+                                   {"jpg", 32, "accurate"},  {"jpg", 224, "fast"},    {"jpg", 32, "fast"},
+                                   {"png", 224, "fast", 232}, {"png", 100, "fast", 150}, {"png", 64, "cached", 64}};
   std::string cases_py = "cases = [";
   for (const Case& c : cases) {
     ImagePipelineOptions o = options(c.crop);
     o.train = false;
     o.fast_decode = c.decode != "accurate";
+    o.resize = c.resize;
     if (c.decode == "cached") {
       o.cache = CacheMode::kDecoded;
       o.cache_bytes = int64_t{1} << 30;
@@ -228,20 +259,27 @@ TEST(ImagePipeline, EvaluationIsTorchvisionResizeThenCentreCrop) {
     for (int64_t i = 0; i < p.size(); ++i) {
       for (int pass = 0; pass < (c.decode == "cached" ? 2 : 1); ++pass) p.produce(i, 0, px.data());  // miss, hit
       const std::string out =
-          d / (c.format + "_" + std::to_string(c.crop) + "_" + c.decode + "_" + std::to_string(i) + ".raw");
+          d / (c.format + "_" + std::to_string(c.crop) + "_" + std::to_string(c.resize) + "_" + c.decode + "_" +
+               std::to_string(i) + ".raw");
       test::write_text(out, std::string(px.begin(), px.end()));
       cases_py += "('" + c.format + "', " + std::to_string(c.crop) + ", '" + c.decode + "', " + std::to_string(i) +
-                  ", '" + out + "'), ";
+                  ", '" + out + "', " + std::to_string(c.resize) + "), ";
     }
   }
   cases_py += "]\n";
+  ImagePipelineOptions small = options(224);
+  small.train = false;
+  small.resize = 200;  // a short side below the crop is refused, naming both
+  test::expect_bad_input([&] { ImagePipeline(open_image_folder(d / "png"), small); },
+                         {"data.eval_resize = 200", "evaluation crop 224"});
   const std::string out = test::run_python(
       "import numpy as np, os\nfrom PIL import Image\nimport torchvision.transforms as T\n" + cases_py +
-      "for fmt, crop, decode, i, raw in cases:\n"
+      "for fmt, crop, decode, i, raw, resize in cases:\n"
+      "    size = resize or int(crop / 0.875)\n"
       "    img = Image.open(os.path.join('" + d.path() + "', fmt, 'c', '%02d.%s' % (i, fmt))).convert('RGB')\n"
-      "    want = np.asarray(T.Compose([T.Resize(int(crop / 0.875)), T.CenterCrop(crop)])(img), np.int16)\n"
+      "    want = np.asarray(T.Compose([T.Resize(size), T.CenterCrop(crop)])(img), np.int16)\n"
       "    got = np.fromfile(raw, np.uint8).reshape(crop, crop, 3).astype(np.int16)\n"
-      "    r = np.asarray(T.Resize(int(crop / 0.875))(img), np.int16)\n"
+      "    r = np.asarray(T.Resize(size)(img), np.int16)\n"
       "    rh, rw = r.shape[:2]\n"
       "    top, left = int(round((rh - crop) / 2.0)), int(round((rw - crop) / 2.0))\n"
       "    assert (r[top:top + crop, left:left + crop] == want).all()\n"
@@ -303,7 +341,8 @@ namespace {
 
 // A channels-first batch has its planes written by the resize itself (no transposing pass):
 // every sample equals the [h, w, c] one transposed, for training and evaluation crops, RGB and
-// BGR, the decoded cache and none, JPEG and PNG.
+// BGR, the decoded cache and none, JPEG and PNG — and with an augmentation policy after the flip,
+// which works on either layout.
 TEST(ImagePipeline, ChannelsFirstSamplesAreTheTransposeD3) {
   test::TempDir d;
   make_folder(d.path(), 12);
@@ -315,6 +354,12 @@ TEST(ImagePipeline, ChannelsFirstSamplesAreTheTransposeD3) {
     for (ColorOrder order : {ColorOrder::kRGB, ColorOrder::kBGR}) {
       for (CacheMode cache : {CacheMode::kNone, CacheMode::kDecoded}) {
         ImagePipelineOptions o = options(crop);
+        AugmentOptions augment;
+        augment.name = "randaugment";
+        augment.interpolation = "bilinear";
+        augment.fill.set = true;
+        augment.fill.value = {30.0f, 140.0f, 250.0f};
+        if (cache == CacheMode::kNone) o.transforms.push_back(make_augment(augment));
         o.train = train;
         o.order = order;
         o.cache = cache;

@@ -195,8 +195,9 @@ TEST(TrainCli, RunFolderHoldsConfigMetricsCheckpointsAndSummary) {
 
 // Starts a run, SIGKILLs it at a mid-epoch checkpoint of the second epoch, returns the step of
 // that checkpoint.
-int64_t kill_in_second_epoch(const test::TempDir& d, const std::string& name) {
-  test::Child child(small_run(d, name), d.path());
+int64_t kill_in_second_epoch(const test::TempDir& d, const std::string& name,
+                             std::initializer_list<std::string> extra = {}) {
+  test::Child child(with(small_run(d, name), extra), d.path());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   while (std::chrono::steady_clock::now() < deadline) {
     auto steps = checkpoint_steps(d / name);
@@ -240,6 +241,36 @@ TEST(TrainCli, KilledInSecondEpochResumesBitForBit) {
     return out;
   };
   EXPECT_EQ(records(d / "killed/metrics.jsonl"), records(d / "uninterrupted/metrics.jsonl"));
+}
+
+// Issue 26's recipe: TrivialAugment and random erasing drawn per sample, MixUp/CutMix per batch
+// from (seed, step, rank), label smoothing over the soft targets, and the weight EMA: a run killed
+// mid-epoch and resumed ends with the uninterrupted run's weights, EMA included (law 1, law 5).
+TEST(TrainCli, KilledWithTheModernRecipeResumesBitForBitEmaIncluded) {
+  const std::initializer_list<std::string> recipe = {
+      "--set", "data.augment=trivialaugment_wide", "--set", "data.random_erase=0.25", "--set", "data.mixup_alpha=0.2",
+      "--set", "data.cutmix_alpha=1.0",           "--set", "loss.label_smoothing=0.1", "--set", "train.ema=true",
+      "--set", "train.ema_steps=4"};
+  test::TempDir d;
+  auto ref = test::run_command(with(small_run(d, "uninterrupted"), recipe));
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const json want = read_json(d / "uninterrupted/summary.json");
+  ASSERT_TRUE(want.contains("ema_sha256")) << want.dump();
+  const int64_t killed_at = kill_in_second_epoch(d, "killed", recipe);
+  ASSERT_GT(killed_at, kStepsPerEpoch);
+  auto resumed = test::run_command(with(small_run(d, "killed"), recipe));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const json got = read_json(d / "killed/summary.json");
+  EXPECT_NE(got["resumed_from_step"].get<int64_t>() % kStepsPerEpoch, 0);  // mid-epoch
+  EXPECT_EQ(got["params_sha256"], want["params_sha256"]);
+  EXPECT_EQ(got["ema_sha256"], want["ema_sha256"]);
+  EXPECT_EQ(got["test_acc_ema"], want["test_acc_ema"]);
+  // The recipe changed the training: a run without it ends elsewhere.
+  auto plain = test::run_command(small_run(d, "plain"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(read_json(d / "plain/summary.json")["params_sha256"], want["params_sha256"]);
+  // Mixed targets still train: above chance (10 classes) after two short epochs.
+  EXPECT_GT(want["test_acc"].get<double>(), 0.5);
 }
 
 TEST(TrainCli, TruncatedNewestCheckpointIsSkippedWithAWarning) {
@@ -363,12 +394,15 @@ TEST(TrainCli, TrainsOnAnImageFolder) {
                               "run.name=img", "--set", "data.dataset=images", "--set",
                               "data.train_path=" + (d / "train"), "--set", "data.test_path=" + (d / "test"), "--set",
                               "data.crop=16", "--set", "data.mean=[0.5, 0.5, 0.5]", "--set",
-                              "data.std=[0.25, 0.25, 0.25]", "--set", "train.epochs=2", "--set", "train.batch_size=16",
+                              "data.std=[0.25, 0.25, 0.25]", "--set", "data.eval_crop=16", "--set", "data.eval_resize=20",
+                              "--set", "train.epochs=2", "--set", "train.batch_size=16",
                               "--set", "train.eval_batch_size=16", "--set", "schedule.warmup=0.5"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json s = read_json(d / "img/summary.json");
   EXPECT_EQ(s["samples"], 128);
   EXPECT_GE(s["test_acc"].get<double>(), 0.9);  // two classes of very different brightness
+  // FixRes keys: the evaluation resizes the short side to data.eval_resize, not int(16 / 0.875) = 18.
+  expect_contains(r.err + r.out, "short side to 20, as torchvision's Resize(20)");
   EXPECT_EQ(s["test_top5"].get<double>(), 1.0);  // X5: top-k with k = min(5, 2 classes) = 2: every sample
   // D3: mean/std listed in BGR order for RGB images is refused before training.
   auto bad = test::run_command({test::crucible_binary(), "train", "--set", "run.dir=" + d.path(), "--set",

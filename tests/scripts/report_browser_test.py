@@ -29,6 +29,8 @@ SERIES = {
     "train.samples_per_s": ("train", "samples_per_s"),
     "eval.test_loss": ("eval", "test_loss"),
     "eval.test_acc": ("eval", "test_acc"),
+    "eval.test_loss_ema": ("eval", "test_loss_ema"),  # train.ema only
+    "eval.test_acc_ema": ("eval", "test_acc_ema"),
 }
 
 CHROMIUM_FLAGS = [
@@ -111,10 +113,12 @@ def main():
     run_dir = os.path.join(work, "r")
 
     # A short real job: 40 steps of 64 on a Fashion-MNIST subset (an epoch is 31 steps), a record
-    # every 5 steps, an eval after the epoch and at the end. Seconds on an idle machine.
+    # every 5 steps, an eval (of the model and its weight EMA) after the epoch and at the end.
+    # Seconds on an idle machine.
     r = run([args.crucible, "train", "--set", f"run.dir={work}", "--set", "run.name=r", "--set", "train.max_steps=40",
              "--set", "train.batch_size=64", "--set", "data.train_samples=2000", "--set", "data.test_samples=500",
-             "--set", "log.every_steps=5", "--set", "log.progress=none", "--restart"], 780, "crucible train")
+             "--set", "log.every_steps=5", "--set", "log.progress=none", "--set", "train.ema=true",
+             "--set", "train.ema_steps=4", "--restart"], 780, "crucible train")
     if r.returncode != 0:
         sys.exit(f"FAIL: crucible train exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
 
@@ -214,7 +218,8 @@ def main():
     for sid, n in expected_points.items():
         if n > 0 and sid not in drawn:
             failures.append(f"series {sid} is missing ({n} records in metrics.jsonl carry it)")
-    if expected_points["train.loss"] == 0 or expected_points["eval.test_acc"] == 0:
+    if expected_points["train.loss"] == 0 or expected_points["eval.test_acc"] == 0 or \
+            expected_points["eval.test_acc_ema"] == 0:
         failures.append(f"the run logged too little to check: {expected_points}")
 
     if failures:

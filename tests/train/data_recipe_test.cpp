@@ -9,7 +9,9 @@
 #include <numeric>
 
 #include "crucible/core/config.h"
+#include "crucible/core/error.h"
 #include "crucible/core/rng.h"
+#include "crucible/data/repeated_sampler.h"
 #include "crucible/data/transform.h"
 #include "test_util.h"
 
@@ -19,8 +21,8 @@ namespace {
 const data::ImageSpec kPixels{4, 5, 3, data::ColorOrder::kRGB};
 
 TEST(DataRecipe, RegistriesListTheirEntriesInChainOrder) {
-  EXPECT_EQ(sample_transform_registry().names(), (std::vector<std::string>{"hflip"}));
-  EXPECT_EQ(sampler_registry().names(), (std::vector<std::string>{"distributed"}));
+  EXPECT_EQ(sample_transform_registry().names(), (std::vector<std::string>{"hflip", "augment"}));
+  EXPECT_EQ(sampler_registry().names(), (std::vector<std::string>{"distributed", "repeated"}));
 }
 
 TEST(DataRecipe, TheChainHoldsWhatTheConfigTurnsOn) {
@@ -35,6 +37,44 @@ TEST(DataRecipe, TheChainHoldsWhatTheConfigTurnsOn) {
   data::ImageSpec features = kPixels;
   features.type = data::SampleType::kFeatures;
   EXPECT_TRUE(training_transforms(job, features).empty());  // float features are used as they are
+}
+
+// data.augment: after the flip (torchvision's preset order), with the options of its keys; an
+// augmentation of float features, or a fill of the wrong length, is refused naming the key.
+TEST(DataRecipe, AugmentFollowsTheFlipWithItsOptions) {
+  JobConfig job;
+  job.data.hflip = 0.5;
+  job.data.augment = "randaugment";
+  job.data.augment_num_ops = 3;
+  job.data.augment_magnitude = 5;
+  job.data.augment_interpolation = "bilinear";
+  job.data.augment_fill = {7, 8, 9};
+  data::SampleTransforms chain = training_transforms(job, kPixels);
+  ASSERT_EQ(chain.size(), 2u);
+  EXPECT_EQ(chain[0]->describe(), "flip p=0.5");
+  EXPECT_EQ(chain[1]->describe(), "randaugment (3 ops at magnitude 5/31, bilinear, fill 7,8,9)");
+  job.data.augment = "trivialaugment_wide";
+  job.data.augment_interpolation = "auto";
+  job.data.augment_fill = {};
+  chain = training_transforms(job, kPixels);
+  EXPECT_EQ(chain[1]->describe(), "trivialaugment_wide (31 bins, nearest)");
+  job.data.augment = "augmix";
+  EXPECT_EQ(training_transforms(job, kPixels)[1]->describe(),
+            "augmix (severity 3, width 3, depth 1-3, alpha 1, all ops, bilinear)");
+  job.data.augment_fill = {1, 2};
+  try {
+    training_transforms(job, kPixels);
+    ADD_FAILURE() << "a fill of 2 values for 3 channels was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data.augment_fill"), std::string::npos) << e.what();
+  }
+  job.data.augment_fill = {};
+  data::ImageSpec features = kPixels;
+  features.type = data::SampleType::kFeatures;
+  EXPECT_THROW(training_transforms(job, features), Error);
+  job.data.augment = "randaugment";
+  job.data.augment_magnitude = 31;  // bins are 0..30
+  EXPECT_THROW(training_transforms(job, kPixels), Error);
 }
 
 // The flip as a chain element: each sample mirrored or not by one draw of its own stream, the
@@ -81,8 +121,26 @@ TEST(DataRecipe, TheDefaultSamplerIsDistributedSamplerX1) {
   EXPECT_EQ(s->num_samples(), reference.num_samples());
   for (int64_t epoch = 0; epoch < 3; ++epoch) EXPECT_EQ(s->epoch_order(epoch), reference.epoch_order(epoch));
   EXPECT_NE(s->epoch_order(0), s->epoch_order(1));
+  job.data.sampler = "sequential";
+  test::expect_bad_input([&] { make_training_sampler(job, {10, 0, {}}); },
+                         {"data.sampler", "sequential", "distributed", "repeated"});
+}
+
+// X1: data.sampler = "repeated" is torchvision's RASampler (shuffled) for the job's stream, its
+// shard and data.repeats copies (sampler_test.cpp compares that class with RASampler itself).
+TEST(DataRecipe, RepeatedIsRASamplerWithDataRepeatsX1) {
+  JobConfig job;
   job.data.sampler = "repeated";
-  test::expect_bad_input([&] { make_training_sampler(job, {10, 0, {}}); }, {"data.sampler", "repeated", "distributed"});
+  EXPECT_EQ(job.data.repeats, 3);  // train.py's --ra-reps default
+  job.data.repeats = 4;
+  const data::Sampler::Shard shard{3, 2, false};
+  const auto s = make_training_sampler(job, {1000, 77, shard});
+  const data::RepeatedAugmentationSampler reference(1000, /*shuffle=*/true, 77, 4, shard);
+  EXPECT_EQ(s->num_samples(), 256);  // 1000 // 256 * 256 / 3
+  for (int64_t epoch = 0; epoch < 3; ++epoch) EXPECT_EQ(s->epoch_order(epoch), reference.epoch_order(epoch));
+  EXPECT_EQ(s->describe(), "RASampler (shuffled, 4 repeats, rank 2 of 3): 256 samples an epoch");
+  test::expect_bad_input([&] { make_training_sampler(job, {200, 0, {}}); },
+                         {"data.sampler = \"repeated\"", "200 samples", "at least 256"});
 }
 
 TEST(DataRecipe, DataSamplerIsACheckedKey) {
@@ -93,6 +151,10 @@ TEST(DataRecipe, DataSamplerIsACheckedKey) {
   EXPECT_EQ(job.data.sampler, "distributed");
   test::expect_bad_input([&] { schema.load_string("[data]\nsampler = \"shuffled\"\n", "bad.toml"); },
                          {"data.sampler", "shuffled"});
+  schema.load_string("[data]\nsampler = \"repeated\"\nrepeats = 2\n", "ok.toml");
+  EXPECT_EQ(job.data.sampler, "repeated");
+  EXPECT_EQ(job.data.repeats, 2);
+  test::expect_bad_input([&] { schema.load_string("[data]\nrepeats = 0\n", "bad.toml"); }, {"data.repeats"});
 }
 
 }  // namespace

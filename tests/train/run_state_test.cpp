@@ -206,7 +206,8 @@ TEST(Registries, CrossEntropyMatchesTorchsDefinition) {
 //   mean over samples and classes of w_c [-(q log σ(x) - (1 - q) log(1 - σ(x)))], q = t (1 - ε) + ε/2;
 // the per-sample loss is the class mean without smoothing (weights kept); class indices
 // are one-hot targets; probabilities are sigmoids (cross_entropy's: softmax rows summing to 1).
-// cross_entropy refuses multi-label data, at build time and for [B, C] targets, naming the fix.
+// cross_entropy refuses multi-label data, at build time and for integer [B, C] targets, naming the
+// fix; float [B, C] targets are probabilities (MixUp/CutMix), with label smoothing as torch applies it.
 TEST(Registries, BinaryCrossEntropyMatchesItsDefinitionAndCrossEntropyRefusesMultiLabel) {
   at::manual_seed(1);
   const at::Tensor logits = at::randn({6, 4}) * 3;
@@ -220,8 +221,8 @@ TEST(Registries, BinaryCrossEntropyMatchesItsDefinitionAndCrossEntropyRefusesMul
   auto by_hand = [&](const at::Tensor& q) {  // [6, 4] in double
     return -(q * at::log(at::sigmoid(x)) + (1 - q) * at::log(1 - at::sigmoid(x))) * w;
   };
-  const at::Tensor q = t.to(at::kDouble) * 0.8 + 0.1;
-  EXPECT_NEAR(loss->mean(logits, t).item<double>(), by_hand(q).mean().item<double>(), 1e-6);
+  const at::Tensor q0 = t.to(at::kDouble) * 0.8 + 0.1;
+  EXPECT_NEAR(loss->mean(logits, t).item<double>(), by_hand(q0).mean().item<double>(), 1e-6);
   const at::Tensor per = loss->per_sample(logits, t);
   ASSERT_EQ(per.sizes(), (std::vector<int64_t>{6}));
   EXPECT_TRUE(at::allclose(per.to(at::kDouble), by_hand(t.to(at::kDouble)).mean(1), 1e-6, 1e-6));
@@ -236,7 +237,24 @@ TEST(Registries, BinaryCrossEntropyMatchesItsDefinitionAndCrossEntropyRefusesMul
   EXPECT_TRUE(at::allclose(ce_loss->probabilities(logits).sum(1), at::ones({6})));
   expect_bad_input([&] { make_loss({ce, 4, c10::Device(c10::kCPU), true}); },
                    {"cross_entropy", "multi-label", "binary_cross_entropy"});
-  expect_bad_input([&] { ce_loss->mean(logits, t); }, {"multi-label", "binary_cross_entropy"});
+  expect_bad_input([&] { ce_loss->mean(logits, t.to(at::kLong)); }, {"multi-label", "binary_cross_entropy"});
+  // Float [B, C] targets are class probabilities (MixUp/CutMix's soft targets), as torch takes
+  // them: -sum_c w_c q_c log softmax(x)_c averaged over the batch, q = p (1 - eps) + eps / C.
+  LossSection ce_smooth;
+  ce_smooth.label_smoothing = 0.2;
+  ce_smooth.class_weights = {1, 2, 0.5, 1};
+  auto soft_loss = make_loss({ce_smooth, 4, c10::Device(c10::kCPU)});
+  const at::Tensor p = at::softmax(at::randn({6, 4}), 1);
+  const at::Tensor logp = at::log_softmax(x, 1);
+  const at::Tensor q = p.to(at::kDouble) * 0.8 + 0.2 / 4;
+  EXPECT_NEAR(soft_loss->mean(logits, p).item<double>(), (-(q * logp * w).sum(1)).mean().item<double>(), 1e-6);
+  EXPECT_TRUE(at::allclose(soft_loss->per_sample(logits, p).to(at::kDouble), -(p.to(at::kDouble) * logp * w).sum(1),
+                           1e-6, 1e-6));
+  // One-hot probabilities give the class-index loss (unweighted: torch divides the index form by
+  // the weights' sum and the probability form by the batch).
+  const at::Tensor y1 = at::tensor({0, 3, 2, 2, 1, 0}, at::kLong);
+  EXPECT_NEAR(ce_loss->mean(logits, at::one_hot(y1, 4).to(at::kFloat)).item<double>(),
+              ce_loss->mean(logits, y1).item<double>(), 1e-6);
   // The hit rules the Evaluator and the step count with: the top class present (precision at 1),
   // a present class among the top k; with class indices, the plain top-1 / top-k.
   const at::Tensor z = at::tensor({0.1, 2.0, -1.0, 0.5, 3.0, 0.0, 1.0, 2.0}, at::kFloat).reshape({2, 4});

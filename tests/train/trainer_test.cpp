@@ -15,6 +15,8 @@
 
 #include "crucible/core/compat.h"
 #include "crucible/core/memory.h"
+#include "crucible/core/rng.h"
+#include "crucible/data/repeated_sampler.h"
 #include "crucible/train/evaluator.h"
 #include "crucible/train/job.h"
 #include "crucible/train/recipe.h"
@@ -118,6 +120,50 @@ TEST(Trainer, StepObserversSeeEveryUpdateKeepTheirStateAcrossAResumeAndAddEvalFi
     if (r["type"] != "eval") continue;
     evaluated.push_back(r["step"].get<int64_t>());
     EXPECT_EQ(r["observer_updates"].get<double>(), r["step"].get<double>()) << line;
+  }
+  EXPECT_EQ(evaluated, (std::vector<int64_t>{7, 10, 20}));
+}
+
+// data.sampler = "repeated" end to end (X1): an epoch is RASampler's floor(n // 256 * 256 /
+// world) samples — 2600 give 2560, 10 steps of 256 where the DistributedSampler would take 11 —
+// its batches are the sampler's order for the job's stream (runs of data.repeats copies of one
+// sample), a resume in mid-epoch starts at the right batch, and a run stopped at step 7 and
+// resumed ends after 2 × 10 steps with its evaluations at the epoch ends.
+TEST(Trainer, RepeatedSamplerTrainsRASamplerEpochsAndResumesX1) {
+  test::TempDir d;
+  JobConfig j = small_job(d.path(), "repeated");
+  j.data.sampler = "repeated";
+  j.data.train_samples = 2600;
+  j.data.test_samples = 256;
+  {
+    auto job = join_job(j);
+    assemble_job(*job, {});
+    EXPECT_EQ(job->steps_per_epoch, 10);
+    EXPECT_EQ(job->total_steps, 20);
+    const data::RepeatedAugmentationSampler reference(2600, true, derive_seed(j.run.seed, RngStream::kSampler), 3, {});
+    EXPECT_EQ(job->train_loader->sampler().describe(), reference.describe());
+    const std::vector<int64_t> order = reference.epoch_order(1);
+    ASSERT_EQ(order.size(), 2560u);
+    std::vector<int64_t> seen;
+    job->train_loader->start_epoch(1);
+    while (auto b = job->train_loader->next()) seen.insert(seen.end(), b->sample_ids.begin(), b->sample_ids.end());
+    EXPECT_EQ(seen, order);
+    for (size_t k = 0; k < seen.size(); ++k) ASSERT_EQ(seen[k], seen[k - k % 3]) << k;  // runs of 3 copies
+    job->train_loader->start_epoch(1, /*first_batch=*/7);  // where a resume at batch 7 continues
+    const auto b = job->train_loader->next();
+    ASSERT_TRUE(b.has_value());
+    EXPECT_EQ(b->index, 7);
+    EXPECT_EQ(b->sample_ids, std::vector<int64_t>(order.begin() + 7 * 256, order.begin() + 8 * 256));
+  }
+  j.train.max_steps = 7;  // stops inside the first epoch
+  EXPECT_EQ(Trainer(j).run().steps, 7);
+  j.train.max_steps = 0;
+  EXPECT_EQ(Trainer(j).run().steps, 20);
+  std::istringstream metrics(test::read_text(d / "repeated/metrics.jsonl"));
+  std::vector<int64_t> evaluated;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (r["type"] == "eval") evaluated.push_back(r["step"].get<int64_t>());
   }
   EXPECT_EQ(evaluated, (std::vector<int64_t>{7, 10, 20}));
 }

@@ -1,7 +1,7 @@
 // `crucible eval`: the model of a checkpoint (default: the newest that verifies in the run
-// folder) on the whole test set, writing nothing. Under data parallel the test set is sharded,
-// per-sample results gathered and the padding dropped (X2), so the figures equal a single
-// process's.
+// folder), or with --weights ema its weight EMA (train.ema), on the whole test set, writing
+// nothing. Under data parallel the test set is sharded, per-sample results gathered and the
+// padding dropped (X2), so the figures equal a single process's.
 #pragma once
 
 #include <cstdint>
@@ -17,10 +17,12 @@ struct EvalSummary {
   double test_top5 = 0;    // 0–1, top-k with k = min(5, classes)
   double test_loss = 0;
   int64_t step = 0;  // the checkpoint's training step
-  std::string params_sha256;
+  std::string params_sha256;  // of the weights evaluated (with ema: summary.json's ema_sha256 at that step)
+  std::string weights = "model";  // "model" | "ema"
 };
 
-// bad_input when there is no checkpoint to evaluate.
-EvalSummary evaluate_checkpoint(const train::JobConfig& config, const std::string& checkpoint = "");
+// bad_input when there is no checkpoint to evaluate, or `weights` = "ema" and it holds no EMA.
+EvalSummary evaluate_checkpoint(const train::JobConfig& config, const std::string& checkpoint = "",
+                                const std::string& weights = "model");
 
 }  // namespace crucible::commands

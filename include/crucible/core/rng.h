@@ -17,6 +17,8 @@ enum class RngStream : uint32_t {
   kAugment = 3,  // per-sample augmentation
   kDropout = 4,  // dropout and other in-model randomness (torch's CPU generator)
   kScale = 5,    // multi-scale training: the input size of each step (M4)
+  kMix = 6,      // MixUp/CutMix: the choice, λ and the box of each (step, rank)
+  kErase = 7,    // random erasing: each sample's rectangle, keyed (epoch, sample index)
 };
 
 const char* rng_stream_name(RngStream stream);
@@ -25,6 +27,9 @@ const char* rng_stream_name(RngStream stream);
 uint64_t derive_seed(uint64_t run_seed, RngStream stream);
 
 // The stream of one sample in one epoch. Cheap to construct; not thread-safe (one per task).
+// The epoch's low 32 bits and the index (below 2^32 samples) key the stream; the epoch's high 32
+// bits carry a copy number (repeated augmentation: data::draw_epoch), 0 for the first copy, so
+// every copy of a sample draws its own augmentation and a first copy draws what it always did.
 class SampleRng {
  public:
   SampleRng(uint64_t stream_seed, uint64_t epoch, uint64_t index);

@@ -76,6 +76,7 @@ struct Batch {
   int64_t index = 0;                 // batch number within the epoch
   ImageSpec spec;                    // per-sample shape and conventions
   std::vector<int64_t> sample_ids;   // source indices, in batch order (skipped ones removed)
+  std::vector<int64_t> copies;       // which copy of its sample each is (Sampler::epoch_copies); empty: all first
   bool channels_first = false;       // pixels are [size, channels, height, width]
   PixelBuffer pixels;                // [size, height, width, channels] uint8 (or NCHW, above);
                                      // features: [size, channels, height, width] float32
@@ -127,7 +128,7 @@ class Loader {
   };
 
   void schedule_locked();  // requires mu_
-  Batch build(int64_t epoch, int64_t index, const std::vector<int64_t>& order) const;
+  Batch build(int64_t epoch, int64_t index, const std::vector<int64_t>& order, const std::vector<int64_t>& copies) const;
   void cancel_and_wait();
 
   std::shared_ptr<const SamplePipeline> pipeline_;
@@ -139,6 +140,7 @@ class Loader {
   uint64_t generation_ = 0;                            // guarded by mu_; bumped to cancel
   int64_t epoch_ = -1;                                 // guarded by mu_
   std::shared_ptr<const std::vector<int64_t>> order_;  // guarded by mu_
+  std::shared_ptr<const std::vector<int64_t>> copies_;  // guarded by mu_; empty: all first copies
   int64_t next_schedule_ = 0;                          // guarded by mu_
   int64_t next_return_ = 0;                            // consumer only
   int in_flight_ = 0;                                  // guarded by mu_: scheduled, not yet stored

@@ -73,6 +73,7 @@ struct ImagePipelineOptions {
   // Evaluation: torchvision's Resize(int(crop / center_fraction)) + CenterCrop(crop) (for crop
   // 224: Resize(256) + CenterCrop(224)), see resize_centre_crop.
   double center_fraction = 0.875;
+  int resize = 0;  // evaluation: Resize(resize) + CenterCrop(crop) instead, when > 0 (FixRes); >= crop
   SampleTransforms transforms;  // training: after the crop and resize, in order (a flip first is folded in)
   CacheMode cache = CacheMode::kNone;  // D1
   int64_t cache_bytes = 0;     // budget of the cache; samples past it are not cached

@@ -32,7 +32,15 @@ class Sampler {
   virtual std::vector<int64_t> epoch_order(int64_t epoch) const = 0;
   // One phrase for the log ("DistributedSampler, shuffled, 2 replicas").
   virtual std::string describe() const = 0;
+  // For a sampler that visits a sample more than once an epoch (repeated augmentation): which
+  // copy each position of epoch_order is (0, 1, …), so that each copy draws its own augmentation
+  // (draw_epoch). Empty: every position is a first copy.
+  virtual std::vector<int64_t> epoch_copies(int64_t epoch) const { return {}; }
 };
+
+// The epoch a sample's random streams are keyed on (SampleRng): the epoch, with the copy number
+// in the high 32 bits — the epoch itself for a first copy.
+constexpr int64_t draw_epoch(int64_t epoch, int64_t copy) { return epoch + copy * (int64_t{1} << 32); }
 
 class DistributedSampler final : public Sampler {
  public:

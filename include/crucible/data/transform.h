@@ -35,6 +35,9 @@ struct ResizeCentreCrop {
   int left = 0, top = 0;
 };
 ResizeCentreCrop resize_centre_crop(int width, int height, int crop, double fraction = 0.875);
+// The same with the short side given: Resize(size) + CenterCrop(crop), size >= crop (FixRes:
+// torchvision's ResNet-50 recipe evaluates Resize(232) + CenterCrop(224)).
+ResizeCentreCrop resize_centre_crop_to(int width, int height, int size, int crop);
 
 // Resizes the [src_h, src_w, channels] uint8 image region (`src_stride` bytes per row) to
 // [dst_h, dst_w, channels], with PIL's antialiased bilinear filter (a triangle widened by the

@@ -16,6 +16,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "crucible/nn/named_tensor.h"
+
 namespace torch::nn {
 class Module;
 }
@@ -63,5 +65,7 @@ void broadcast_module(Comm& comm, nn::Model& model, int root = 0);
 // evaluating and before a checkpoint.
 void sync_buffers(Comm& comm, torch::nn::Module& module, const std::string& policy);
 void sync_buffers(Comm& comm, nn::Model& model, const std::string& policy);
+// The same for buffers listed by name (a copy of a model's, e.g. a weight average's).
+void sync_buffers(Comm& comm, const std::vector<nn::NamedTensor>& buffers, const std::string& policy);
 
 }  // namespace crucible::distributed

@@ -1,9 +1,8 @@
 // Batch transforms: on the device, between DeviceInput (normalised images, targets) and the
 // training step, for every training batch (never for evaluation). A transform may change the
 // images' values or size and may replace the targets by soft targets [B, classes] float, which
-// the loss then takes (binary_cross_entropy does today; cross_entropy refuses 2-D targets until
-// it learns probability targets, with MixUp/CutMix). Draws must come from (seed, step, rank) alone, so resumed and rerun steps are
-// exact. The chain a job runs is built from the registry in train/recipe.cpp; multi-scale
+// both losses then take as probabilities (MixUp/CutMix). Draws must come from (seed, step, rank)
+// — or, per sample, from (seed, epoch, sample index) — so resumed and rerun steps are exact. The chain a job runs is built from the registry in train/recipe.cpp; multi-scale
 // training (M4) is the first entry. Not thread-safe: one chain per trainer.
 #pragma once
 
@@ -21,6 +20,10 @@ struct DeviceBatch {
   at::Tensor targets;  // [B] int64 class ids, or [B, classes] float (multi-hot or soft targets)
   int64_t step = 0;    // the optimizer step this batch trains (0-based, global)
   int64_t rank = 0;    // this process's rank (0 in a single process)
+  int64_t epoch = 0;   // the epoch the batch belongs to
+  std::vector<int64_t> sample_ids;  // each image's sample index (per-sample draws key on (epoch, id))
+  std::vector<int64_t> copies;      // each image's copy number (repeated augmentation; empty: all 0):
+                                    // per-sample draws key on data::draw_epoch(epoch, copy)
 };
 
 class BatchTransform {

@@ -123,5 +123,8 @@ void assemble_job(Job& job, const StoredChoices& stored, const std::string& chec
 // SHA-256 over parameters then buffers in registration order: name, dtype, shape and the
 // values in C order (independent of memory format).
 std::string params_sha256(nn::Model& model);
+// The same digest over `tensors` in their order (a model's parameters then buffers, or a copy
+// of them such as the weight EMA's: equal to params_sha256 of a model holding those values).
+std::string tensors_sha256(const std::vector<NamedTensor>& tensors);
 
 }  // namespace crucible::train

@@ -1,7 +1,8 @@
 // Step observers: told after every optimizer update, with the model as updated; one may also ask
 // for the gradients the update applies (on the steps it chooses), keep state in every checkpoint
-// and add figures to every evaluation. The loop owns no observer's logic: TensorBoard
-// histograms are the first one. The observers a job runs are built from the registry in
+// and add figures to every evaluation (of weights of its own too), fields to summary.json and
+// files to the run folder at the end. The loop owns no observer's logic: TensorBoard histograms
+// are the first one, the weight EMA (ema.h) the second. The observers a job runs are built from the registry in
 // train/recipe.cpp. Called on every rank (only rank 0 has sinks); not thread-safe.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
 
 namespace crucible::nn {
 class Model;
@@ -35,6 +37,9 @@ struct StepEvent {
   int64_t epoch = 0;  // 0-based epoch of that step
   nn::Model& model;
   obs::MetricSinks& sinks;  // empty on ranks other than 0 (law 4)
+  // Batches of `epoch` trained, this step's included: its batch is the epoch's loader iteration
+  // batch_in_epoch - 1 (0-based; with train.accumulate one loader batch is still one step).
+  int64_t batch_in_epoch = 0;
 };
 
 class StepObserver {
@@ -48,11 +53,21 @@ class StepObserver {
   virtual void gradients(const std::vector<std::string>& names, const std::vector<at::Tensor>& grads) {}
   // After every optimizer update (skipped non-finite steps included: the step counter moved).
   virtual void after_update(const StepEvent& event) = 0;
+  // On every rank before a checkpoint is written (rank 0 writes it; after the model's own
+  // BatchNorm statistics are made equal, M2): make the state the checkpoint will hold equal on
+  // every rank. Every rank calls it at the same step, so collectives are allowed.
+  virtual void before_checkpoint() {}
   // The observer's state, listed once for writing and reading (as Trainer::checkpoint_fields).
   virtual void checkpoint_fields(CheckpointIO& io) {}
   // After each evaluation of the model (`result`): figures of the observer's own to add; it may
   // run `evaluator` on a model of its own (Evaluator::run(model), the same test set).
   virtual EvalFigures after_evaluation(int64_t step, const EvalResult& result, Evaluator& evaluator) { return {}; }
+  // Fields of the observer's own for summary.json (e.g. a digest of weights it keeps), added
+  // after the run's; on every rank (rank 0 writes the file), also when a finished run is rerun.
+  virtual void summary_fields(nlohmann::json& summary) {}
+  // Once at the end of training, on rank 0, after the model is written to the run folder
+  // `run_dir`: what the observer keeps beside it (e.g. averaged weights, written as the model's).
+  virtual void after_training(nn::Model& model, const std::string& run_dir) {}
   virtual std::string describe() const = 0;
 };
 

@@ -41,7 +41,8 @@ void add_interval_breakdown(nlohmann::json& record, SessionRecord& session, cons
 TrainSummary train_summary(Job& job, const RunState& st, const SessionRecord& session, bool already_complete);
 
 // summary.json: `s`'s figures with this session's breakdown, verdict, layer times, host reads
-// and the observers' last evaluation figures. Takes the clock's remaining phases into `session`.
+// and the observers' last evaluation figures and summary fields. Takes the clock's remaining
+// phases into `session`.
 nlohmann::json summary_json(Job& job, const RunState& st, SessionRecord& session, const TrainSummary& s,
                             const EvalFigures& eval_figures);
 

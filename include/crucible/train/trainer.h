@@ -71,6 +71,12 @@ RegisteredNames registered_names();
 // Asks a running Trainer to stop at the next step boundary, checkpoint and return (SIGINT).
 void request_stop();
 
+// A model that can be written as TorchScript (a user model from Python) is, at the end of
+// training, written back to its run folder: <run_dir>/<stem>.ts.pt (torch.jit.load) and
+// <stem>.safetensors (plain state_dict names); false (nothing written) for a model that cannot
+// (the zoo's: their weights are the checkpoints' model.* tensors). Rank 0 only (law 4).
+bool export_model(nn::Model& model, const std::string& run_dir, const std::string& stem);
+
 namespace testing {
 // Test seam (T16): at optimizer step `step`, every micro-batch larger than `max_micro_batch`
 // samples fails as an allocation failure would. step < 0 disarms it.

@@ -1,0 +1,32 @@
+// `crucible preview`: what the model sees. Writes a PNG grid of the first training samples of
+// epoch 0 — after the crop, flip and augmentations, random erasing and MixUp/CutMix when the job
+// sets them, before normalisation (un-normalised back to pixels) — each tile with its label
+// under it ("3", or "3+7" for a mixed target: its two largest classes). The labels are also in
+// the PNG's tEXt chunk "crucible.labels" (JSON: per tile, the class shares). Draws are the
+// training run's own: the same seed gives the same tiles as step 0, 1, … of `crucible train`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "crucible/train/job_config.h"
+
+namespace crucible::commands {
+
+struct PreviewOptions {
+  int64_t n = 64;   // samples shown (from as many batches as they take)
+  std::string out;  // .png, written atomically
+};
+
+struct PreviewSummary {
+  int64_t samples = 0;
+  int64_t columns = 0, rows = 0;
+  int64_t width = 0, height = 0;  // of the PNG
+  int64_t batches = 0;            // training batches read
+  bool mixed = false;             // MixUp/CutMix applied
+};
+
+// bad_input for n < 1, an output not ending in .png, and data that are float features (no pixels).
+PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& options);
+
+}  // namespace crucible::commands

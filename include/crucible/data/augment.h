@@ -1,0 +1,90 @@
+// torchvision's automatic augmentation policies as sample transforms (data.augment): RandAugment,
+// TrivialAugmentWide, AutoAugment (imagenet, cifar10, svhn policies) and AugMix, with
+// torchvision.transforms.v2's operation spaces, magnitude bins and rules of choice, on the
+// loader threads after the crop and flip (torchvision's preset order). Each draw comes from the
+// sample's own stream (law 1): an op, a bin, a sign, a probability — so a sample's pixels never
+// depend on the thread count or on a resume. The operations are image_ops.h. Torch-free.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "crucible/data/image_ops.h"
+#include "crucible/data/sample_transform.h"
+
+namespace crucible::data {
+
+// The operations of torchvision's _AutoAugmentBase._apply_image_or_video_transform.
+enum class AugmentOp {
+  kIdentity, kShearX, kShearY, kTranslateX, kTranslateY, kRotate, kBrightness, kColor, kContrast, kSharpness,
+  kPosterize, kSolarize, kAutoContrast, kEqualize, kInvert
+};
+const char* augment_op_name(AugmentOp op);  // torchvision's name: "ShearX", "AutoContrast", …
+
+// torchvision's transform of `op` at `magnitude` (already signed): ShearX at m is affine with
+// shear atan(m) degrees about the top-left corner, Translate moves int(m) pixels, Brightness,
+// Color, Contrast and Sharpness use factor 1 + m, Posterize keeps int(m) bits, Solarize's
+// threshold is 255·m.
+void apply_augment_op(ImageRef image, AugmentOp op, double magnitude, ops::Interpolation interpolation,
+                      const ops::Fill& fill);
+
+// The operation spaces (each transform's _AUGMENTATION_SPACE).
+enum class AugmentSpace { kTrivialAugmentWide, kRandAugment, kAutoAugment, kAugMix, kAugMixPartial };
+// The space's operations in torchvision's dictionary order (what a uniform choice picks from).
+const std::vector<AugmentOp>& augment_space_ops(AugmentSpace space);
+// Whether `op`'s magnitude takes a random sign in `space`; whether it has magnitudes at all.
+bool augment_op_signed(AugmentSpace space, AugmentOp op);
+bool augment_op_has_magnitude(AugmentSpace space, AugmentOp op);
+// magnitudes_fn(num_bins, height, width)[bin], as float32 then widened (torch.linspace's scalar
+// formula; Posterize's bins are rounded float32).
+double augment_magnitude(AugmentSpace space, AugmentOp op, int num_bins, int bin, int width, int height);
+
+struct AugmentOptions {
+  std::string name = "none";  // "none" | "randaugment" | "trivialaugment_wide" | "autoaugment" | "augmix"
+  int num_ops = 2;             // randaugment
+  int magnitude = 9;           // randaugment: the bin every op uses
+  int num_magnitude_bins = 31; // randaugment, trivialaugment_wide
+  std::string policy = "imagenet";  // autoaugment: imagenet | cifar10 | svhn
+  int severity = 3;            // augmix: bins 0..severity-1 of 10
+  int mixture_width = 3;       // augmix: chains
+  int chain_depth = -1;        // augmix: ops per chain (-1: 1 to 3 at random)
+  double alpha = 1.0;          // augmix: Dirichlet and Beta concentration
+  bool all_ops = true;         // augmix: with Brightness, Color, Contrast, Sharpness
+  // "" is the transform's torchvision default: bilinear for augmix, nearest for the others.
+  std::string interpolation;
+  ops::Fill fill;
+};
+
+// One operation a policy chose for one sample: the op, its magnitude bin (-1: none) and its
+// signed magnitude.
+struct PlannedOp {
+  AugmentOp op;
+  int bin;
+  double magnitude;
+};
+
+// RandAugment, TrivialAugmentWide and AutoAugment: a policy first draws its plan from the
+// sample's stream (in torchvision's order of draws), then applies it. AugMix mixes chains and is
+// not one of these.
+class AugmentPolicy : public SampleTransform {
+ public:
+  AugmentPolicy(ops::Interpolation interpolation, ops::Fill fill) : interpolation_(interpolation), fill_(fill) {}
+  virtual std::vector<PlannedOp> plan(SampleRng& rng, int width, int height) const = 0;
+  void apply(ImageRef image, SampleRng& rng) const override;
+
+ protected:
+  std::string tail() const;  // "nearest" or "bilinear, fill 128,128,128": the describe() suffix
+  ops::Interpolation interpolation_;
+  ops::Fill fill_;
+};
+
+// The transform data.augment names, or nullptr for "none". bad_input names the key of a bad option.
+std::shared_ptr<const SampleTransform> make_augment(const AugmentOptions& options);
+
+// Draws for torchvision's _get_random_item / torch.randint(n, ()): uniform in [0, n).
+int random_index(SampleRng& rng, int n);
+// A Gamma(alpha, 1) draw (Marsaglia–Tsang) from the sample's stream: AugMix's Dirichlet weights.
+double random_gamma(SampleRng& rng, double alpha);
+
+}  // namespace crucible::data

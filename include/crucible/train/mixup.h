@@ -1,0 +1,53 @@
+// MixUp and CutMix (data.mixup_alpha, data.cutmix_alpha) and random erasing (data.random_erase) as
+// batch transforms, equal to torchvision.transforms.v2's MixUp/CutMix (chosen per batch by
+// RandomChoice when both are set, as references/classification/train.py does) and RandomErasing.
+// The draws are pure functions declared here (torch-free): MixUp/CutMix of (seed, step, rank),
+// erasing of (seed, epoch, sample index) — a resumed or rerun step draws what it drew before.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace crucible::train {
+
+// v2.CutMix.make_params given λ and the centre (rx, ry) of a width × height image: half sides
+// int(0.5·sqrt(1 - λ)·W) and ·H, clamped to the image; λ corrected to the box's area.
+struct CutMixBox {
+  int64_t x1 = 0, y1 = 0, x2 = 0, y2 = 0;
+  int64_t rx = 0, ry = 0;     // the centre drawn
+  double lam_adjusted = 1.0;  // 1 - box area / image area
+};
+CutMixBox cutmix_box(double lam, int64_t rx, int64_t ry, int64_t width, int64_t height);
+
+// One batch's mixing: which (none when neither alpha is set), λ ~ Beta(α, α), and CutMix's box.
+struct MixDraw {
+  enum class Kind { kNone, kMixUp, kCutMix };
+  Kind kind = Kind::kNone;
+  double lam = 1.0;        // the images' weight (MixUp), or the corrected weight (CutMix)
+  double lam_drawn = 1.0;  // λ as drawn from Beta(α, α) (before CutMix's correction)
+  CutMixBox box;     // CutMix only
+};
+MixDraw draw_mix(uint64_t seed, int64_t step, int64_t rank, double mixup_alpha, double cutmix_alpha, int64_t width,
+                 int64_t height);
+
+// v2.RandomErasing.get_params for one sample of a channels × height × width image: with
+// probability p, ten tries at an area in `scale` of the image and a log-uniform aspect ratio in
+// `ratio`; the first that fits gives the rectangle (top, left, h, w). `erase` false: left alone
+// (not drawn, or no try fit — torchvision then returns the image itself).
+struct EraseBox {
+  bool erase = false;
+  int64_t top = 0, left = 0, h = 0, w = 0;
+};
+EraseBox draw_erase(uint64_t seed, int64_t epoch, int64_t sample, double p, double scale_min, double scale_max,
+                    double ratio_min, double ratio_max, int64_t width, int64_t height);
+
+// The batch transforms themselves (the registry's factories in recipe.cpp check the job's keys and
+// call these). MixUp/CutMix turn the targets into [B, classes] float soft targets.
+class BatchTransform;
+std::unique_ptr<BatchTransform> mixup_cutmix_transform(uint64_t seed, double mixup_alpha, double cutmix_alpha,
+                                                       int64_t classes);
+std::unique_ptr<BatchTransform> random_erasing_transform(uint64_t seed, double p, std::vector<double> scale,
+                                                         std::vector<double> ratio, std::vector<double> value);
+
+}  // namespace crucible::train

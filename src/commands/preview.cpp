@@ -1,0 +1,205 @@
+// `crucible preview` (commands/preview.h): the training pipeline and the recipe's batch
+// transforms, as the trainer runs them, to a PNG grid. The digits under the tiles come from a
+// hand-written 3×5 bitmap font (ten digits and '+': no font package is worth a dependency here).
+#include "crucible/commands/preview.h"
+
+#include <ATen/ATen.h>
+#include <spng.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "crucible/core/error.h"
+#include "crucible/core/file.h"
+#include "crucible/core/log.h"
+#include "crucible/core/rng.h"
+#include "crucible/data/device_input.h"
+#include "crucible/train/batch_transform.h"
+#include "crucible/train/data_recipe.h"
+#include "crucible/train/data_setup.h"
+#include "crucible/train/job.h"
+#include "crucible/train/recipe.h"
+#include "crucible/train/step.h"
+
+namespace crucible::commands {
+namespace {
+
+// 3×5 glyphs, one row per 3 bits (bit 2 = left): 0–9, then '+'.
+constexpr std::array<std::array<uint8_t, 5>, 11> kGlyphs = {{
+    {7, 5, 5, 5, 7}, {2, 6, 2, 2, 7}, {7, 1, 7, 4, 7}, {7, 1, 7, 1, 7}, {5, 5, 7, 1, 1}, {7, 4, 7, 1, 7},
+    {7, 4, 7, 5, 7}, {7, 1, 1, 1, 1}, {7, 5, 7, 5, 7}, {7, 5, 7, 1, 7}, {0, 2, 7, 2, 0},
+}};
+
+// Draws `text` (digits and '+') in white at (x, y) of an RGB image `width` pixels wide, each
+// font pixel `scale` × `scale`; characters past `max_x` are left out.
+void draw_text(std::vector<uint8_t>& rgb, int64_t width, int64_t x, int64_t y, const std::string& text, int scale,
+               int64_t max_x) {
+  for (char ch : text) {
+    const int g = ch == '+' ? 10 : ch - '0';
+    if (g < 0 || g > 10) continue;
+    if (x + 3 * scale > max_x) return;
+    for (int row = 0; row < 5; ++row) {
+      for (int col = 0; col < 3; ++col) {
+        if (((kGlyphs[static_cast<size_t>(g)][static_cast<size_t>(row)] >> (2 - col)) & 1) == 0) continue;
+        for (int dy = 0; dy < scale; ++dy) {
+          for (int dx = 0; dx < scale; ++dx) {
+            const size_t at = static_cast<size_t>(((y + row * scale + dy) * width + x + col * scale + dx) * 3);
+            rgb[at] = rgb[at + 1] = rgb[at + 2] = 255;
+          }
+        }
+      }
+    }
+    x += 4 * scale;
+  }
+}
+
+std::string encode_png(const std::vector<uint8_t>& rgb, int64_t width, int64_t height, const std::string& labels_json) {
+  std::unique_ptr<spng_ctx, void (*)(spng_ctx*)> ctx(spng_ctx_new(SPNG_CTX_ENCODER), spng_ctx_free);
+  if (!ctx) throw std::runtime_error("preview: libspng could not make an encoder");
+  spng_set_option(ctx.get(), SPNG_ENCODE_TO_BUFFER, 1);
+  spng_ihdr ihdr{};
+  ihdr.width = static_cast<uint32_t>(width);
+  ihdr.height = static_cast<uint32_t>(height);
+  ihdr.bit_depth = 8;
+  ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
+  spng_set_ihdr(ctx.get(), &ihdr);
+  spng_text text{};
+  std::snprintf(text.keyword, sizeof(text.keyword), "%s", "crucible.labels");
+  text.type = SPNG_TEXT;
+  text.length = labels_json.size();
+  std::string body = labels_json;
+  text.text = body.data();
+  spng_set_text(ctx.get(), &text, 1);
+  if (int e = spng_encode_image(ctx.get(), rgb.data(), rgb.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE); e != 0) {
+    throw std::runtime_error(fmt::format("preview: PNG encoding failed: {}", spng_strerror(e)));
+  }
+  size_t size = 0;
+  int e = 0;
+  void* buf = spng_get_png_buffer(ctx.get(), &size, &e);
+  if (buf == nullptr) throw std::runtime_error(fmt::format("preview: PNG encoding failed: {}", spng_strerror(e)));
+  std::string png(static_cast<const char*>(buf), size);
+  std::free(buf);
+  return png;
+}
+
+}  // namespace
+
+PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& options) {
+  if (options.n < 1) throw bad_input("preview: --n must be at least 1, found {}", options.n);
+  if (options.out.size() < 5 || options.out.substr(options.out.size() - 4) != ".png") {
+    throw bad_input("preview: --out must name a .png file, found \"{}\"", options.out);
+  }
+  // The training data as the trainer builds it (rank 0 of one process), and the recipe's batch
+  // transforms but multi-scale (the tiles keep the crop's size).
+  train::Job job;
+  job.config = config;
+  job.config.train.multi_scale.clear();
+  const uint64_t seed = static_cast<uint64_t>(config.run.seed);
+  const train::DataSetup ds = train::make_data(job.config, derive_seed(seed, RngStream::kAugment));
+  const data::ImageSpec spec = ds.train->output_spec();
+  if (spec.type != data::SampleType::kPixels) {
+    throw bad_input("preview: the training data are float features ({}), not pixels: there is nothing to draw",
+                    spec.to_string());
+  }
+  job.num_classes = ds.num_classes;
+  data::LoaderOptions lo = train::loader_options(job.config, job.config.train.batch_size, 1);
+  lo.channels_first = true;
+  job.train_loader = std::make_unique<data::Loader>(
+      ds.train,
+      train::make_training_sampler(job.config,
+                                   {ds.train->size(), derive_seed(seed, RngStream::kSampler), data::Sampler::Shard{}}),
+      lo);
+  const train::BatchTransforms transforms = train::make_batch_transforms(job);
+  const data::DeviceInput input(spec, train::normalize_options(job.config), c10::Device(c10::kCPU), false);
+  const data::InputConvention conv = input.delivers();
+  const int64_t channels = spec.channels, h = spec.height, w = spec.width;
+  at::Tensor mean = at::tensor(conv.mean, at::kDouble).to(at::kFloat).view({1, channels, 1, 1});
+  at::Tensor stdv = at::tensor(conv.std, at::kDouble).to(at::kFloat).view({1, channels, 1, 1});
+
+  std::vector<at::Tensor> tiles;    // [C, H, W] uint8 each
+  std::vector<at::Tensor> targets;  // [classes] float each
+  PreviewSummary s;
+  job.train_loader->start_epoch(0);
+  for (int64_t step = 0; static_cast<int64_t>(tiles.size()) < options.n; ++step) {
+    std::optional<data::Batch> batch = job.train_loader->next();
+    if (!batch) break;
+    ++s.batches;
+    train::DeviceBatch b;
+    b.images = input.images(*batch);
+    b.targets = input.labels(*batch);
+    b.step = step;
+    b.epoch = 0;
+    b.sample_ids = batch->sample_ids;
+    b.copies = batch->copies;
+    train::apply_batch_transforms(transforms, b);
+    s.mixed = s.mixed || b.targets.dim() == 2;
+    const at::Tensor pixels =
+        b.images.contiguous().mul(stdv).add(mean).mul(255).round().clamp(0, 255).to(at::kByte);  // un-normalised
+    const at::Tensor t = b.targets.dim() == 2 ? b.targets.to(at::kFloat)
+                                              : at::one_hot(b.targets, job.num_classes).to(at::kFloat);
+    for (int64_t i = 0; i < pixels.size(0) && static_cast<int64_t>(tiles.size()) < options.n; ++i) {
+      tiles.push_back(pixels[i]);
+      targets.push_back(t[i]);
+    }
+  }
+  s.samples = static_cast<int64_t>(tiles.size());
+  if (s.samples == 0) throw bad_input("preview: the training data gave no samples");
+
+  // The grid: near-square, 2-pixel gaps, a label strip under each tile.
+  const int scale = w >= 96 ? 2 : 1;
+  const int64_t strip = 7 * scale, gap = 2;
+  s.columns = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(s.samples))));
+  s.rows = (s.samples + s.columns - 1) / s.columns;
+  const int64_t cell_w = w + gap, cell_h = h + strip + gap;
+  s.width = s.columns * cell_w + gap;
+  s.height = s.rows * cell_h + gap;
+  std::vector<uint8_t> rgb(static_cast<size_t>(s.width * s.height * 3), 32);  // dark grey background
+  nlohmann::json labels = nlohmann::json::array();
+  for (int64_t k = 0; k < s.samples; ++k) {
+    const int64_t x0 = gap + (k % s.columns) * cell_w, y0 = gap + (k / s.columns) * cell_h;
+    const at::Tensor hwc = tiles[static_cast<size_t>(k)].permute({1, 2, 0}).contiguous();
+    const uint8_t* p = hwc.data_ptr<uint8_t>();
+    for (int64_t y = 0; y < h; ++y) {
+      for (int64_t x = 0; x < w; ++x) {
+        const uint8_t* src = p + (y * w + x) * channels;
+        uint8_t* dst = rgb.data() + ((y0 + y) * s.width + x0 + x) * 3;
+        for (int c = 0; c < 3; ++c) dst[c] = src[channels == 3 ? c : 0];
+      }
+    }
+    // The label: the class, or the two largest shares of a mixed target.
+    const at::Tensor t = targets[static_cast<size_t>(k)];
+    const auto top = t.topk(std::min<int64_t>(2, t.size(0)));
+    const at::Tensor v = std::get<0>(top), idx = std::get<1>(top);
+    std::string text = std::to_string(idx[0].item<int64_t>());
+    nlohmann::json shares = nlohmann::json::object();
+    shares[std::to_string(idx[0].item<int64_t>())] = v[0].item<double>();
+    if (t.size(0) > 1 && v[1].item<float>() > 0) {
+      text += "+" + std::to_string(idx[1].item<int64_t>());
+      shares[std::to_string(idx[1].item<int64_t>())] = v[1].item<double>();
+    }
+    labels.push_back(shares);
+    draw_text(rgb, s.width, x0, y0 + h + scale, text, scale, x0 + w);
+  }
+  write_file_atomic(options.out, encode_png(rgb, s.width, s.height, labels.dump()));
+  log_info("preview: {} training samples of epoch 0 ({} batch(es){}) → {} ({}x{} tiles in a {}x{} grid, {}x{} px)",
+           s.samples, s.batches,
+           transforms.empty() ? "" : fmt::format(", after {}", [&] {
+             std::string d;
+             for (const auto& t : transforms) d += (d.empty() ? "" : ", ") + t->describe();
+             return d;
+           }()),
+           options.out, w, h, s.columns, s.rows, s.width, s.height);
+  return s;
+}
+
+}  // namespace crucible::commands
