@@ -98,11 +98,10 @@ std::array<double, 6> inverse_affine_matrix(double cx, double cy, double angle, 
   return m;
 }
 
-// _affine_grid + _apply_grid_transform (grid_sample, zeros padding, align_corners=False, the
-// fill blended through the sampled mask) for an output the input's size.
-void warp(const View& v, const std::array<double, 6>& matrix, Interpolation mode, const Fill& fill) {
+// A planar copy of the source, (c, y, x) at c·h·w + y·w + x, in this thread's scratch buffer
+// (valid until the next call on the thread): warps and rotations read it while writing v.
+const std::vector<uint8_t>& planar_copy(const View& v) {
   thread_local std::vector<uint8_t> copy;
-  // A planar copy of the source: (c, y, x) at c·h·w + y·w + x.
   const size_t plane = v.pixels();
   copy.resize(v.bytes());
   for (int ch = 0; ch < v.c; ++ch) {
@@ -110,6 +109,14 @@ void warp(const View& v, const std::array<double, 6>& matrix, Interpolation mode
       for (int x = 0; x < v.w; ++x) copy[ch * plane + static_cast<size_t>(y) * v.w + x] = v.at(ch, y, x);
     }
   }
+  return copy;
+}
+
+// _affine_grid + _apply_grid_transform (grid_sample, zeros padding, align_corners=False, the
+// fill blended through the sampled mask) for an output the input's size.
+void warp(const View& v, const std::array<double, 6>& matrix, Interpolation mode, const Fill& fill) {
+  const std::vector<uint8_t>& copy = planar_copy(v);
+  const size_t plane = v.pixels();
   // theta (float32) transposed and divided by [0.5 w, 0.5 h]; the base grid's x, y, 1 times it,
   // as bmm computes it (x·a, fma with y·b, + c).
   float rt[3][2];
@@ -173,14 +180,8 @@ void warp(const View& v, const std::array<double, 6>& matrix, Interpolation mode
 
 // torch.rot90(image, k, dims=(-2, -1)) for k = 1, 2, 3 (k = 1: out[i][j] = in[j][w-1-i]).
 void rot90(const View& v, int k) {
-  thread_local std::vector<uint8_t> copy;
+  const std::vector<uint8_t>& copy = planar_copy(v);
   const size_t plane = v.pixels();
-  copy.resize(v.bytes());
-  for (int ch = 0; ch < v.c; ++ch) {
-    for (int y = 0; y < v.h; ++y) {
-      for (int x = 0; x < v.w; ++x) copy[ch * plane + static_cast<size_t>(y) * v.w + x] = v.at(ch, y, x);
-    }
-  }
   for (int ch = 0; ch < v.c; ++ch) {
     const uint8_t* in = copy.data() + ch * plane;
     for (int i = 0; i < v.h; ++i) {
