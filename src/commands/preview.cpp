@@ -184,7 +184,8 @@ PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& opt
     nlohmann::json shares = nlohmann::json::object();
     shares[std::to_string(idx[0].item<int64_t>())] = v[0].item<double>();
     if (t.size(0) > 1 && v[1].item<float>() > 0) {
-      text += "+" + std::to_string(idx[1].item<int64_t>());
+      text += '+';
+      text += std::to_string(idx[1].item<int64_t>());
       shares[std::to_string(idx[1].item<int64_t>())] = v[1].item<double>();
     }
     labels.push_back(shares);
