@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "crucible/core/error.h"
 
 // The operations call std::fma where torch fuses; without the FMA instruction (the baseline
@@ -158,80 +162,212 @@ const std::vector<uint8_t>& planar_copy(const View& v) {
 }
 
 // _affine_grid + _apply_grid_transform (grid_sample, zeros padding, align_corners=False, the
-// fill blended through the sampled mask) for an output the input's size.
-CRUCIBLE_FMA_CLONES void warp(const View& v, const std::array<double, 6>& matrix, Interpolation mode,
-                              const Fill& fill) {
-  const std::vector<uint8_t>& copy = planar_copy(v);
-  const uint8_t* src = copy.data();
-  const int w = v.w, h = v.h, channels = v.c;
-  const size_t plane = v.pixels(), cs = v.cs, ps = v.ps;
-  uint8_t* out = v.p;
-  const bool fill_set = fill.set;
-  float fill_value[3] = {fill.value[0], fill.value[1], fill.value[2]};
-  // theta (float32) transposed and divided by [0.5 w, 0.5 h]; the base grid's x, y, 1 times it,
+// fill blended through the sampled mask) for an output the input's size. warp_span computes the
+// pixels ox_begin … ox_end-1 of row oy one at a time; warp_span_avx2 eight at a time with the
+// same operations in the same order on each lane (IEEE arithmetic is lane-wise: the same bytes),
+// used when the CPU has AVX2 and FMA.
+bool vector_warp_allowed = true;  // testing::set_vector_warp
+
+struct Warp {
+  const uint8_t* src;  // planar copy of the source
+  uint8_t* out;
+  int w, h, channels;
+  size_t plane, cs, ps;
+  bool nearest, fill_set;
+  float fill_value[3];
+  // theta (float32) transposed and divided by [0.5 w, 0.5 h]: the base grid's x, y, 1 times it,
   // as bmm computes it (x·a, fma with y·b, + c).
-  float rt[3][2];
-  const float half_w = static_cast<float>(0.5 * w), half_h = static_cast<float>(0.5 * h);
-  for (int k = 0; k < 3; ++k) {
-    rt[k][0] = static_cast<float>(matrix[k]) / half_w;
-    rt[k][1] = static_cast<float>(matrix[3 + k]) / half_h;
-  }
-  const float a0 = rt[0][0], a1 = rt[0][1], b0 = rt[1][0], b1 = rt[1][1], c0 = rt[2][0], c1 = rt[2][1];
+  float a0, a1, b0, b1, c0, c1;
   // grid_sample's unnormalisation: (g + 1) · size / 2 - 0.5.
-  const float scale_x = static_cast<float>(w) / 2, scale_y = static_cast<float>(h) / 2;
-  const float fw = static_cast<float>(w), fh = static_cast<float>(h);
-  auto at = [src, plane, w](int ch, int y, int x) {
-    return static_cast<float>(src[ch * plane + static_cast<size_t>(y) * w + x]);
-  };
-  for (int oy = 0; oy < h; ++oy) {
-    const float by = static_cast<float>((1.0 - h) * 0.5 + oy);
-    uint8_t* row = out + static_cast<size_t>(oy) * w * ps;
-    for (int ox = 0; ox < w; ++ox) {
-      const float bx = static_cast<float>((1.0 - w) * 0.5 + ox);
-      const float gx = std::fma(by, b0, bx * a0) + c0;
-      const float gy = std::fma(by, b1, bx * a1) + c1;
-      const float ix = (gx + 1.0f) * scale_x - 0.5f;
-      const float iy = (gy + 1.0f) * scale_y - 0.5f;
-      uint8_t* dst = row + static_cast<size_t>(ox) * ps;
-      if (mode == Interpolation::kNearest) {
-        const float xn = round_even(ix), yn = round_even(iy);
-        const bool in = xn > -1.0f && xn < fw && yn > -1.0f && yn < fh;
-        for (int ch = 0; ch < channels; ++ch) {
-          float val = in ? at(ch, static_cast<int>(yn), static_cast<int>(xn)) : 0.0f;  // a whole number
-          if (fill_set && !in) val = round_even(fill_value[ch]);
-          dst[ch * cs] = static_cast<uint8_t>(val);
-        }
-      } else {
-        const float x0 = floor_f(ix), y0 = floor_f(iy);
-        const float wx = ix - x0, ex = 1.0f - wx, ny = iy - y0, sy = 1.0f - ny;
-        const float nw = sy * ex, ne = sy * wx, sw = ny * ex, se = ny * wx;
-        // (clamped first: a far coordinate only needs to stay out of bounds)
-        const int xi = static_cast<int>(std::min(std::max(x0, -2.0f), fw + 1.0f));
-        const int yi = static_cast<int>(std::min(std::max(y0, -2.0f), fh + 1.0f));
-        const bool in_w = xi >= 0 && xi < w, in_e = xi + 1 >= 0 && xi + 1 < w;
-        const bool in_n = yi >= 0 && yi < h, in_s = yi + 1 >= 0 && yi + 1 < h;
-        const bool in_nw = in_n && in_w, in_ne = in_n && in_e, in_sw = in_s && in_w, in_se = in_s && in_e;
-        float mask = 1.0f;
-        if (fill_set) {
-          mask = in_nw ? nw : 0.0f;
-          mask = std::fma(in_ne ? 1.0f : 0.0f, ne, mask);
-          mask = std::fma(in_sw ? 1.0f : 0.0f, sw, mask);
-          mask = std::fma(in_se ? 1.0f : 0.0f, se, mask);
-        }
-        for (int ch = 0; ch < channels; ++ch) {
-          float val = (in_nw ? at(ch, yi, xi) : 0.0f) * nw;
-          val = std::fma(in_ne ? at(ch, yi, xi + 1) : 0.0f, ne, val);
-          val = std::fma(in_sw ? at(ch, yi + 1, xi) : 0.0f, sw, val);
-          val = std::fma(in_se ? at(ch, yi + 1, xi + 1) : 0.0f, se, val);
-          if (fill_set) {
-            const float f = fill_value[ch];
-            val = (val - f) * mask + f;
-          }
-          dst[ch * cs] = to_u8(round_even(val));
-        }
+  float scale_x, scale_y, fw, fh;
+  float at(int ch, int y, int x) const { return static_cast<float>(src[ch * plane + static_cast<size_t>(y) * w + x]); }
+};
+
+CRUCIBLE_FMA_CLONES void warp_span(const Warp& k, int oy, int ox_begin, int ox_end) {
+  const float by = static_cast<float>((1.0 - k.h) * 0.5 + oy);
+  uint8_t* row = k.out + static_cast<size_t>(oy) * k.w * k.ps;
+  for (int ox = ox_begin; ox < ox_end; ++ox) {
+    const float bx = static_cast<float>((1.0 - k.w) * 0.5 + ox);
+    const float gx = std::fma(by, k.b0, bx * k.a0) + k.c0;
+    const float gy = std::fma(by, k.b1, bx * k.a1) + k.c1;
+    const float ix = (gx + 1.0f) * k.scale_x - 0.5f;
+    const float iy = (gy + 1.0f) * k.scale_y - 0.5f;
+    uint8_t* dst = row + static_cast<size_t>(ox) * k.ps;
+    if (k.nearest) {
+      const float xn = round_even(ix), yn = round_even(iy);
+      const bool in = xn > -1.0f && xn < k.fw && yn > -1.0f && yn < k.fh;
+      for (int ch = 0; ch < k.channels; ++ch) {
+        float val = in ? k.at(ch, static_cast<int>(yn), static_cast<int>(xn)) : 0.0f;  // a whole number
+        if (k.fill_set && !in) val = round_even(k.fill_value[ch]);
+        dst[ch * k.cs] = static_cast<uint8_t>(val);
       }
+      continue;
+    }
+    const float x0 = floor_f(ix), y0 = floor_f(iy);
+    const float wx = ix - x0, ex = 1.0f - wx, ny = iy - y0, sy = 1.0f - ny;
+    const float nw = sy * ex, ne = sy * wx, sw = ny * ex, se = ny * wx;
+    // (clamped first: a far coordinate only needs to stay out of bounds)
+    const int xi = static_cast<int>(std::min(std::max(x0, -2.0f), k.fw + 1.0f));
+    const int yi = static_cast<int>(std::min(std::max(y0, -2.0f), k.fh + 1.0f));
+    const bool in_w = xi >= 0 && xi < k.w, in_e = xi + 1 >= 0 && xi + 1 < k.w;
+    const bool in_n = yi >= 0 && yi < k.h, in_s = yi + 1 >= 0 && yi + 1 < k.h;
+    const bool in_nw = in_n && in_w, in_ne = in_n && in_e, in_sw = in_s && in_w, in_se = in_s && in_e;
+    float mask = 1.0f;
+    if (k.fill_set) {
+      mask = in_nw ? nw : 0.0f;
+      mask = std::fma(in_ne ? 1.0f : 0.0f, ne, mask);
+      mask = std::fma(in_sw ? 1.0f : 0.0f, sw, mask);
+      mask = std::fma(in_se ? 1.0f : 0.0f, se, mask);
+    }
+    for (int ch = 0; ch < k.channels; ++ch) {
+      float val = (in_nw ? k.at(ch, yi, xi) : 0.0f) * nw;
+      val = std::fma(in_ne ? k.at(ch, yi, xi + 1) : 0.0f, ne, val);
+      val = std::fma(in_sw ? k.at(ch, yi + 1, xi) : 0.0f, sw, val);
+      val = std::fma(in_se ? k.at(ch, yi + 1, xi + 1) : 0.0f, se, val);
+      if (k.fill_set) {
+        const float f = k.fill_value[ch];
+        val = (val - f) * mask + f;
+      }
+      dst[ch * k.cs] = to_u8(round_even(val));
     }
   }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define CRUCIBLE_WARP_AVX2 1
+// Rows in blocks of eight pixels: the grid, the rounding and the weights in AVX2 registers; the
+// neighbours gathered lane by lane (out-of-bounds lanes read 0, as the scalar code multiplies 0);
+// the weighted sums, rounding and clamp again in registers. The tail goes to warp_span.
+__attribute__((target("avx2,fma"))) void warp_span_avx2(const Warp& k, int oy) {
+  const float by = static_cast<float>((1.0 - k.h) * 0.5 + oy);
+  uint8_t* row = k.out + static_cast<size_t>(oy) * k.w * k.ps;
+  const __m256 vby = _mm256_set1_ps(by);
+  const __m256 a0 = _mm256_set1_ps(k.a0), a1 = _mm256_set1_ps(k.a1), b0 = _mm256_set1_ps(k.b0),
+               b1 = _mm256_set1_ps(k.b1), c0 = _mm256_set1_ps(k.c0), c1 = _mm256_set1_ps(k.c1);
+  const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f), sx = _mm256_set1_ps(k.scale_x),
+               sy_ = _mm256_set1_ps(k.scale_y);
+  const __m256 lanes = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+  const float base = static_cast<float>((1.0 - k.w) * 0.5);  // bx = base + ox: half-integers, exact
+  const int blocks = k.w / 8;
+  alignas(32) float ix_a[8], iy_a[8], w_a[4][8];
+  alignas(32) int xi_a[8], yi_a[8];
+  for (int bk = 0; bk < blocks; ++bk) {
+    const int ox0 = bk * 8;
+    const __m256 bx = _mm256_add_ps(_mm256_set1_ps(base + static_cast<float>(ox0)), lanes);
+    const __m256 gx = _mm256_add_ps(_mm256_fmadd_ps(vby, b0, _mm256_mul_ps(bx, a0)), c0);
+    const __m256 gy = _mm256_add_ps(_mm256_fmadd_ps(vby, b1, _mm256_mul_ps(bx, a1)), c1);
+    const __m256 ix = _mm256_sub_ps(_mm256_mul_ps(_mm256_add_ps(gx, one), sx), half);
+    const __m256 iy = _mm256_sub_ps(_mm256_mul_ps(_mm256_add_ps(gy, one), sy_), half);
+    if (k.nearest) {
+      // nearbyint in the default rounding mode, as round_even
+      _mm256_store_ps(ix_a, _mm256_round_ps(ix, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      _mm256_store_ps(iy_a, _mm256_round_ps(iy, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      for (int l = 0; l < 8; ++l) {
+        const float xn = ix_a[l], yn = iy_a[l];
+        const bool in = xn > -1.0f && xn < k.fw && yn > -1.0f && yn < k.fh;
+        uint8_t* dst = row + static_cast<size_t>(ox0 + l) * k.ps;
+        for (int ch = 0; ch < k.channels; ++ch) {
+          float val = in ? k.at(ch, static_cast<int>(yn), static_cast<int>(xn)) : 0.0f;
+          if (k.fill_set && !in) val = round_even(k.fill_value[ch]);
+          dst[ch * k.cs] = static_cast<uint8_t>(val);
+        }
+      }
+      continue;
+    }
+    const __m256 x0 = _mm256_floor_ps(ix), y0 = _mm256_floor_ps(iy);
+    const __m256 wx = _mm256_sub_ps(ix, x0), ex = _mm256_sub_ps(one, wx);
+    const __m256 ny = _mm256_sub_ps(iy, y0), sy = _mm256_sub_ps(one, ny);
+    const __m256 nw = _mm256_mul_ps(sy, ex), ne = _mm256_mul_ps(sy, wx), sw = _mm256_mul_ps(ny, ex),
+                 se = _mm256_mul_ps(ny, wx);
+    const __m256 lo = _mm256_set1_ps(-2.0f);
+    // std::min(std::max(x, -2), f + 1): max_ps(x, lo) is x < lo ? lo : x (no NaN here)
+    const __m256i xi = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(x0, lo), _mm256_set1_ps(k.fw + 1.0f)));
+    const __m256i yi = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(y0, lo), _mm256_set1_ps(k.fh + 1.0f)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(xi_a), xi);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(yi_a), yi);
+    _mm256_store_ps(w_a[0], nw);
+    _mm256_store_ps(w_a[1], ne);
+    _mm256_store_ps(w_a[2], sw);
+    _mm256_store_ps(w_a[3], se);
+    alignas(32) float m_a[4][8];  // 1 where the neighbour is inside, else 0
+    for (int l = 0; l < 8; ++l) {
+      const int x = xi_a[l], y = yi_a[l];
+      const bool in_w = x >= 0 && x < k.w, in_e = x + 1 >= 0 && x + 1 < k.w;
+      const bool in_n = y >= 0 && y < k.h, in_s = y + 1 >= 0 && y + 1 < k.h;
+      m_a[0][l] = in_n && in_w ? 1.0f : 0.0f;
+      m_a[1][l] = in_n && in_e ? 1.0f : 0.0f;
+      m_a[2][l] = in_s && in_w ? 1.0f : 0.0f;
+      m_a[3][l] = in_s && in_e ? 1.0f : 0.0f;
+    }
+    __m256 mask = one;
+    if (k.fill_set) {  // in_nw ? nw : 0 is nw · 1 or 0 · … : a select
+      mask = _mm256_blendv_ps(_mm256_setzero_ps(), nw, _mm256_cmp_ps(_mm256_load_ps(m_a[0]), one, _CMP_EQ_OQ));
+      mask = _mm256_fmadd_ps(_mm256_load_ps(m_a[1]), ne, mask);
+      mask = _mm256_fmadd_ps(_mm256_load_ps(m_a[2]), sw, mask);
+      mask = _mm256_fmadd_ps(_mm256_load_ps(m_a[3]), se, mask);
+    }
+    for (int ch = 0; ch < k.channels; ++ch) {
+      alignas(32) float p_a[4][8];
+      const uint8_t* plane = k.src + ch * k.plane;
+      for (int l = 0; l < 8; ++l) {
+        const ptrdiff_t at = static_cast<ptrdiff_t>(yi_a[l]) * k.w + xi_a[l];  // read only where inside
+        p_a[0][l] = m_a[0][l] != 0.0f ? static_cast<float>(plane[at]) : 0.0f;
+        p_a[1][l] = m_a[1][l] != 0.0f ? static_cast<float>(plane[at + 1]) : 0.0f;
+        p_a[2][l] = m_a[2][l] != 0.0f ? static_cast<float>(plane[at + k.w]) : 0.0f;
+        p_a[3][l] = m_a[3][l] != 0.0f ? static_cast<float>(plane[at + k.w + 1]) : 0.0f;
+      }
+      __m256 val = _mm256_mul_ps(_mm256_load_ps(p_a[0]), nw);
+      val = _mm256_fmadd_ps(_mm256_load_ps(p_a[1]), ne, val);
+      val = _mm256_fmadd_ps(_mm256_load_ps(p_a[2]), sw, val);
+      val = _mm256_fmadd_ps(_mm256_load_ps(p_a[3]), se, val);
+      if (k.fill_set) {
+        const __m256 f = _mm256_set1_ps(k.fill_value[ch]);
+        val = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(val, f), mask), f);
+      }
+      // round_even, then to_u8's truncate-and-clamp
+      __m256i q = _mm256_cvttps_epi32(_mm256_round_ps(val, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      q = _mm256_min_epi32(_mm256_max_epi32(q, _mm256_setzero_si256()), _mm256_set1_epi32(255));
+      alignas(32) int q_a[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q_a), q);
+      for (int l = 0; l < 8; ++l) row[static_cast<size_t>(ox0 + l) * k.ps + ch * k.cs] = static_cast<uint8_t>(q_a[l]);
+    }
+  }
+  warp_span(k, oy, blocks * 8, k.w);
+}
+#endif
+
+void warp(const View& v, const std::array<double, 6>& matrix, Interpolation mode, const Fill& fill) {
+  Warp k{};
+  k.src = planar_copy(v).data();
+  k.out = v.p;
+  k.w = v.w;
+  k.h = v.h;
+  k.channels = v.c;
+  k.plane = v.pixels();
+  k.cs = v.cs;
+  k.ps = v.ps;
+  k.nearest = mode == Interpolation::kNearest;
+  k.fill_set = fill.set;
+  for (int c = 0; c < 3; ++c) k.fill_value[c] = fill.value[static_cast<size_t>(c)];
+  const float half_w = static_cast<float>(0.5 * v.w), half_h = static_cast<float>(0.5 * v.h);
+  k.a0 = static_cast<float>(matrix[0]) / half_w;
+  k.a1 = static_cast<float>(matrix[3]) / half_h;
+  k.b0 = static_cast<float>(matrix[1]) / half_w;
+  k.b1 = static_cast<float>(matrix[4]) / half_h;
+  k.c0 = static_cast<float>(matrix[2]) / half_w;
+  k.c1 = static_cast<float>(matrix[5]) / half_h;
+  k.scale_x = static_cast<float>(v.w) / 2;
+  k.scale_y = static_cast<float>(v.h) / 2;
+  k.fw = static_cast<float>(v.w);
+  k.fh = static_cast<float>(v.h);
+#ifdef CRUCIBLE_WARP_AVX2
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2 && vector_warp_allowed) {
+    for (int oy = 0; oy < v.h; ++oy) warp_span_avx2(k, oy);
+    return;
+  }
+#endif
+  for (int oy = 0; oy < v.h; ++oy) warp_span(k, oy, 0, v.w);
 }
 
 // torch.rot90(image, k, dims=(-2, -1)) for k = 1, 2, 3 (k = 1: out[i][j] = in[j][w-1-i]).
@@ -432,5 +568,7 @@ void rotate(ImageRef image, double angle, Interpolation interpolation, const Fil
   // The direction differs between affine and rotate in torchvision: rotate passes -angle.
   warp(v, inverse_affine_matrix(0.0, 0.0, -angle, 0.0, 0.0, 1.0, 0.0, 0.0), interpolation, fill);
 }
+
+void testing::set_vector_warp(bool allowed) { vector_warp_allowed = allowed; }
 
 }  // namespace crucible::data::ops

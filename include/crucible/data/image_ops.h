@@ -55,4 +55,10 @@ void affine(ImageRef image, double angle, double translate_x, double translate_y
 // images) 90 and 270 degrees are exact index permutations, as in torchvision.
 void rotate(ImageRef image, double angle, Interpolation interpolation, const Fill& fill);
 
+namespace testing {
+// Whether affine/rotate may take the AVX2 path where the CPU has it (default true); false forces
+// the scalar code, so a test can check that both give the same bytes. Not thread-safe.
+void set_vector_warp(bool allowed);
+}  // namespace testing
+
 }  // namespace crucible::data::ops
