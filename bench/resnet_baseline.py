@@ -14,6 +14,13 @@ evaluation), per-epoch test accuracy, and the CPU time spent producing input aga
 time of training (main process + DataLoader workers): with workers, their CPU time; without,
 the main thread's CPU time inside next(loader).
 
+With --recipe (torchvision >= 0.16: transforms.v2) it trains torchvision's modern recipe as
+references/classification/train.py builds it: ClassificationPresetTrain's RandomResizedCrop, flip,
+TrivialAugmentWide (bilinear), PILToTensor, ToDtype, Normalize, RandomErasing(0.1); a collate_fn
+with RandomChoice([MixUp(0.2), CutMix(1.0)]); label smoothing 0.1 over the soft targets; and
+utils.ExponentialMovingAverage (AveragedModel with buffers) updated every --ema-steps iterations
+with the decay adjusted as train.py adjusts it, evaluated after every epoch beside the model.
+
 With --synthetic it times the same training step on one batch held in memory instead (no input
 at all, no evaluation): the compute ceiling that no input pipeline can pass on this machine.
 """
@@ -55,6 +62,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--synthetic", action="store_true", help="time the step alone, on a batch held in memory")
+    ap.add_argument("--recipe", action="store_true", help="TrivialAugment, random erasing, MixUp/CutMix, EMA")
+    ap.add_argument("--ema-steps", type=int, default=1)
+    ap.add_argument("--ema-decay", type=float, default=0.998)
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)  # Debian's torch starts with 1 thread; crucible takes every core
@@ -64,11 +74,19 @@ def main():
                              transforms.ToTensor(), norm])
     tf_eval = transforms.Compose([transforms.Resize(int(args.crop / 0.875)), transforms.CenterCrop(args.crop),
                                   transforms.ToTensor(), norm])
+    collate = None
+    if args.recipe:
+        from torchvision.transforms import v2
+        tf = v2.Compose([v2.RandomResizedCrop(args.crop, antialias=True), v2.RandomHorizontalFlip(),
+                         v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR), v2.PILToTensor(),
+                         v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD), v2.RandomErasing(0.1)])
+        classes = len(datasets.ImageFolder(os.path.join(args.data, "train")).classes)
+        collate = MixUpCutMixCollate(classes)
     train = datasets.ImageFolder(os.path.join(args.data, "train"), transform=tf)
     test = datasets.ImageFolder(os.path.join(args.data, "test"), transform=tf_eval)
     dev = torch.device(args.device)
     kw = dict(num_workers=args.workers, persistent_workers=args.workers > 0, pin_memory=dev.type == "cuda")
-    train_loader = DataLoader(train, batch_size=args.batch, shuffle=True, **kw)
+    train_loader = DataLoader(train, batch_size=args.batch, shuffle=True, collate_fn=collate, **kw)
     test_loader = DataLoader(test, batch_size=2 * args.batch, shuffle=False, **kw)
 
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
@@ -82,13 +100,18 @@ def main():
                                                 pct_start=0.2)
     crit = nn.CrossEntropyLoss(label_smoothing=0.1)
     amp = args.precision == "bf16"
+    ema = None
+    if args.recipe:
+        # train.py: adjust = world_size * batch_size * model_ema_steps / epochs; alpha = min(1, (1 - decay) * adjust)
+        alpha = min(1.0, (1.0 - args.ema_decay) * args.batch * args.ema_steps / args.epochs)
+        ema = ExponentialMovingAverage(model, 1.0 - alpha, dev)
 
     if args.synthetic:
         synthetic(args, model, opt, sched, crit, fmt, dev, amp, len(train.classes), len(train_loader))
         return
 
     step_seconds = input_cpu = total_cpu = train_seconds = 0.0
-    samples = 0
+    samples = iteration = 0
     evals = []
     it = iter(train_loader)  # persistent: the same workers every epoch
     for epoch in range(args.epochs):
@@ -114,6 +137,9 @@ def main():
             loss.backward()
             opt.step()
             sched.step()
+            if ema is not None and iteration % args.ema_steps == 0:
+                ema.update_parameters(model)
+            iteration += 1
             samples += x.shape[0]
         if dev.type == "cuda":
             torch.cuda.synchronize()
@@ -124,21 +150,50 @@ def main():
         total_cpu += main_cpu + workers_cpu
         step_seconds += dt
         t1 = time.perf_counter()
-        model.eval()
-        correct = 0
-        with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-            for x, y in test_loader:
-                x = x.to(dev, non_blocking=True).contiguous(memory_format=fmt)
-                correct += (model(x).argmax(1) == y.to(dev)).sum().item()
-        acc = correct / len(test)
+        acc = evaluate(model, test_loader, dev, fmt, amp) / len(test)
+        acc_ema = evaluate(ema.module, test_loader, dev, fmt, amp) / len(test) if ema is not None else None
         train_seconds += dt + time.perf_counter() - t1
-        evals.append({"epoch": epoch + 1, "test_acc": acc, "train_seconds": train_seconds})
-        print(f"epoch {epoch + 1}: test accuracy {100 * acc:.2f}%  ({train_seconds:.1f} s, "
+        evals.append({"epoch": epoch + 1, "test_acc": acc, "test_acc_ema": acc_ema, "train_seconds": train_seconds})
+        print(f"epoch {epoch + 1}: test accuracy {100 * acc:.2f}%"
+              f"{'' if acc_ema is None else f' (EMA {100 * acc_ema:.2f}%)'}  ({train_seconds:.1f} s, "
               f"{samples / step_seconds:.1f} images/s)", flush=True)
-    print(json.dumps({"evals": evals, "final_test_acc": evals[-1]["test_acc"], "images_per_s": samples / step_seconds,
+    print(json.dumps({"evals": evals, "final_test_acc": evals[-1]["test_acc"],
+                      "final_test_acc_ema": evals[-1]["test_acc_ema"], "images_per_s": samples / step_seconds,
                       "train_seconds": train_seconds, "input_cpu_share": input_cpu / total_cpu if total_cpu else None,
                       "threads": torch.get_num_threads(), "workers": args.workers, "precision": args.precision,
                       "channels_last": args.channels_last, "torch_version": torch.__version__}))
+
+
+def evaluate(model, loader, dev, fmt, amp):
+    model.eval()
+    correct = 0
+    with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+        for x, y in loader:
+            x = x.to(dev, non_blocking=True).contiguous(memory_format=fmt)
+            correct += (model(x).argmax(1) == y.to(dev)).sum().item()
+    return correct
+
+
+class MixUpCutMixCollate:
+    """train.py's collate_fn: default_collate, then RandomChoice([MixUp, CutMix]) (picklable for workers)."""
+
+    def __init__(self, classes):
+        from torchvision.transforms import v2
+        self.mix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=classes), v2.CutMix(alpha=1.0, num_classes=classes)])
+
+    def __call__(self, batch):
+        from torch.utils.data import default_collate
+        return self.mix(*default_collate(batch))
+
+
+class ExponentialMovingAverage(torch.optim.swa_utils.AveragedModel):
+    """references/classification/utils.py's ExponentialMovingAverage."""
+
+    def __init__(self, model, decay, device="cpu"):
+        def ema_avg(avg_model_param, model_param, num_averaged):
+            return decay * avg_model_param + (1 - decay) * model_param
+
+        super().__init__(model, device, ema_avg, use_buffers=True)
 
 
 def synthetic(args, model, opt, sched, crit, fmt, dev, amp, classes, steps):
