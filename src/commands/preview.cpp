@@ -22,11 +22,9 @@
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
 #include "crucible/core/log.h"
-#include "crucible/core/rng.h"
 #include "crucible/data/device_input.h"
+#include "crucible/data/loader.h"
 #include "crucible/train/batch_transform.h"
-#include "crucible/train/data_recipe.h"
-#include "crucible/train/data_setup.h"
 #include "crucible/train/job.h"
 #include "crucible/train/recipe.h"
 #include "crucible/train/step.h"
@@ -99,54 +97,49 @@ PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& opt
   if (options.out.size() < 5 || options.out.substr(options.out.size() - 4) != ".png") {
     throw bad_input("preview: --out must name a .png file, found \"{}\"", options.out);
   }
-  // The training data as the trainer builds it (rank 0 of one process), and the recipe's batch
-  // transforms but multi-scale (the tiles keep the crop's size).
-  train::Job job;
-  job.config = config;
-  job.config.train.multi_scale.clear();
-  const uint64_t seed = static_cast<uint64_t>(config.run.seed);
-  const train::DataSetup ds = train::make_data(job.config, derive_seed(seed, RngStream::kAugment));
-  const data::ImageSpec spec = ds.train->output_spec();
+  // The training data as the trainer builds it (join_job + the data stages: the same pipelines,
+  // sampler and seeds), and the recipe's batch transforms but multi-scale (the tiles keep the
+  // crop's size).
+  train::JobConfig c = config;
+  c.train.multi_scale.clear();
+  std::unique_ptr<train::Job> job = train::join_job(std::move(c));
+  train::assemble_data_stages(*job);
+  const data::ImageSpec spec = job->train_loader->pipeline().output_spec();
   if (spec.type != data::SampleType::kPixels) {
     throw bad_input("preview: the training data are float features ({}), not pixels: there is nothing to draw",
                     spec.to_string());
   }
-  job.num_classes = ds.num_classes;
-  data::LoaderOptions lo = train::loader_options(job.config, job.config.train.batch_size, 1);
-  lo.channels_first = true;
-  job.train_loader = std::make_unique<data::Loader>(
-      ds.train,
-      train::make_training_sampler(job.config,
-                                   {ds.train->size(), derive_seed(seed, RngStream::kSampler), data::Sampler::Shard{}}),
-      lo);
-  const train::BatchTransforms transforms = train::make_batch_transforms(job);
-  const data::DeviceInput input(spec, train::normalize_options(job.config), c10::Device(c10::kCPU), false);
+  const train::BatchTransforms transforms = train::make_batch_transforms(*job);
+  const data::DeviceInput input(spec, train::normalize_options(job->config), job->device, false);
   const data::InputConvention conv = input.delivers();
   const int64_t channels = spec.channels, h = spec.height, w = spec.width;
-  at::Tensor mean = at::tensor(conv.mean, at::kDouble).to(at::kFloat).view({1, channels, 1, 1});
-  at::Tensor stdv = at::tensor(conv.std, at::kDouble).to(at::kFloat).view({1, channels, 1, 1});
+  const auto on_device = at::TensorOptions().dtype(at::kFloat).device(job->device);
+  const at::Tensor mean = at::tensor(conv.mean, at::kDouble).to(on_device).view({1, channels, 1, 1});
+  const at::Tensor stdv = at::tensor(conv.std, at::kDouble).to(on_device).view({1, channels, 1, 1});
 
   std::vector<at::Tensor> tiles;    // [C, H, W] uint8 each
   std::vector<at::Tensor> targets;  // [classes] float each
   PreviewSummary s;
-  job.train_loader->start_epoch(0);
+  job->train_loader->start_epoch(0);
   for (int64_t step = 0; static_cast<int64_t>(tiles.size()) < options.n; ++step) {
-    std::optional<data::Batch> batch = job.train_loader->next();
+    std::optional<data::Batch> batch = job->train_loader->next();
     if (!batch) break;
     ++s.batches;
     train::DeviceBatch b;
     b.images = input.images(*batch);
     b.targets = input.labels(*batch);
     b.step = step;
+    b.rank = job->world.rank;
     b.epoch = 0;
     b.sample_ids = batch->sample_ids;
     b.copies = batch->copies;
     train::apply_batch_transforms(transforms, b);
     s.mixed = s.mixed || b.targets.dim() == 2;
-    const at::Tensor pixels =
-        b.images.contiguous().mul(stdv).add(mean).mul(255).round().clamp(0, 255).to(at::kByte);  // un-normalised
-    const at::Tensor t = b.targets.dim() == 2 ? b.targets.to(at::kFloat)
-                                              : at::one_hot(b.targets, job.num_classes).to(at::kFloat);
+    const at::Tensor pixels =  // un-normalised, on the host
+        b.images.contiguous().mul(stdv).add(mean).mul(255).round().clamp(0, 255).to(at::kByte).cpu();
+    const at::Tensor t = (b.targets.dim() == 2 ? b.targets.to(at::kFloat)
+                                               : at::one_hot(b.targets, job->num_classes).to(at::kFloat))
+                             .cpu();
     for (int64_t i = 0; i < pixels.size(0) && static_cast<int64_t>(tiles.size()) < options.n; ++i) {
       tiles.push_back(pixels[i]);
       targets.push_back(t[i]);

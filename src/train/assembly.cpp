@@ -398,6 +398,11 @@ std::unique_ptr<Job> join_job(JobConfig config) {
   return job;
 }
 
+void assemble_data_stages(Job& job) {
+  assemble_threads(job);
+  assemble_data(job);
+}
+
 void assemble_job(Job& job, const StoredChoices& stored, const std::string& checkpoint_dir) {
   assemble_threads(job);
   assemble_data(job);

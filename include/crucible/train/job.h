@@ -120,6 +120,11 @@ std::unique_ptr<Job> join_job(JobConfig config);
 // step. `checkpoint_dir` is named when training diverges (empty for commands).
 void assemble_job(Job& job, const StoredChoices& stored, const std::string& checkpoint_dir = "");
 
+// The first stages alone — compute threads, then the data (pipelines with the recipe's sample
+// transforms, loader threads, the training loader on the recipe's sampler, the test loader) — for
+// a command that reads the training data as training would, without a model (crucible preview).
+void assemble_data_stages(Job& job);
+
 // SHA-256 over parameters then buffers in registration order: name, dtype, shape and the
 // values in C order (independent of memory format).
 std::string params_sha256(nn::Model& model);
