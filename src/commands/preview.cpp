@@ -90,6 +90,53 @@ std::string encode_png(const std::vector<uint8_t>& rgb, int64_t width, int64_t h
   return png;
 }
 
+// The PNG's pixels and labels: tiles ([C, H, W] uint8) in a near-square grid with 2-pixel gaps,
+// a label strip under each (its class, or the two largest shares of a mixed target); fills in
+// the grid's size in `s`.
+struct Grid {
+  std::vector<uint8_t> rgb;
+  nlohmann::json labels = nlohmann::json::array();
+};
+Grid compose_grid(const std::vector<at::Tensor>& tiles, const std::vector<at::Tensor>& targets, PreviewSummary& s) {
+  const int64_t channels = tiles[0].size(0), h = tiles[0].size(1), w = tiles[0].size(2);
+  Grid g;
+  const int scale = w >= 96 ? 2 : 1;
+  const int64_t strip = 7 * scale, gap = 2;
+  s.columns = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(s.samples))));
+  s.rows = (s.samples + s.columns - 1) / s.columns;
+  const int64_t cell_w = w + gap, cell_h = h + strip + gap;
+  s.width = s.columns * cell_w + gap;
+  s.height = s.rows * cell_h + gap;
+  g.rgb.assign(static_cast<size_t>(s.width * s.height * 3), 32);  // dark grey background
+  for (int64_t k = 0; k < s.samples; ++k) {
+    const int64_t x0 = gap + (k % s.columns) * cell_w, y0 = gap + (k / s.columns) * cell_h;
+    const at::Tensor hwc = tiles[static_cast<size_t>(k)].permute({1, 2, 0}).contiguous();
+    const uint8_t* p = hwc.data_ptr<uint8_t>();
+    for (int64_t y = 0; y < h; ++y) {
+      for (int64_t x = 0; x < w; ++x) {
+        const uint8_t* src = p + (y * w + x) * channels;
+        uint8_t* dst = g.rgb.data() + ((y0 + y) * s.width + x0 + x) * 3;
+        for (int c = 0; c < 3; ++c) dst[c] = src[channels == 3 ? c : 0];
+      }
+    }
+    // The label: the class, or the two largest shares of a mixed target.
+    const at::Tensor t = targets[static_cast<size_t>(k)];
+    const auto top = t.topk(std::min<int64_t>(2, t.size(0)));
+    const at::Tensor v = std::get<0>(top), idx = std::get<1>(top);
+    std::string text = std::to_string(idx[0].item<int64_t>());
+    nlohmann::json shares = nlohmann::json::object();
+    shares[std::to_string(idx[0].item<int64_t>())] = v[0].item<double>();
+    if (t.size(0) > 1 && v[1].item<float>() > 0) {
+      text += '+';
+      text += std::to_string(idx[1].item<int64_t>());
+      shares[std::to_string(idx[1].item<int64_t>())] = v[1].item<double>();
+    }
+    g.labels.push_back(shares);
+    draw_text(g.rgb, s.width, x0, y0 + h + scale, text, scale, x0 + w);
+  }
+  return g;
+}
+
 }  // namespace
 
 PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& options) {
@@ -148,43 +195,8 @@ PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& opt
   s.samples = static_cast<int64_t>(tiles.size());
   if (s.samples == 0) throw bad_input("preview: the training data gave no samples");
 
-  // The grid: near-square, 2-pixel gaps, a label strip under each tile.
-  const int scale = w >= 96 ? 2 : 1;
-  const int64_t strip = 7 * scale, gap = 2;
-  s.columns = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(s.samples))));
-  s.rows = (s.samples + s.columns - 1) / s.columns;
-  const int64_t cell_w = w + gap, cell_h = h + strip + gap;
-  s.width = s.columns * cell_w + gap;
-  s.height = s.rows * cell_h + gap;
-  std::vector<uint8_t> rgb(static_cast<size_t>(s.width * s.height * 3), 32);  // dark grey background
-  nlohmann::json labels = nlohmann::json::array();
-  for (int64_t k = 0; k < s.samples; ++k) {
-    const int64_t x0 = gap + (k % s.columns) * cell_w, y0 = gap + (k / s.columns) * cell_h;
-    const at::Tensor hwc = tiles[static_cast<size_t>(k)].permute({1, 2, 0}).contiguous();
-    const uint8_t* p = hwc.data_ptr<uint8_t>();
-    for (int64_t y = 0; y < h; ++y) {
-      for (int64_t x = 0; x < w; ++x) {
-        const uint8_t* src = p + (y * w + x) * channels;
-        uint8_t* dst = rgb.data() + ((y0 + y) * s.width + x0 + x) * 3;
-        for (int c = 0; c < 3; ++c) dst[c] = src[channels == 3 ? c : 0];
-      }
-    }
-    // The label: the class, or the two largest shares of a mixed target.
-    const at::Tensor t = targets[static_cast<size_t>(k)];
-    const auto top = t.topk(std::min<int64_t>(2, t.size(0)));
-    const at::Tensor v = std::get<0>(top), idx = std::get<1>(top);
-    std::string text = std::to_string(idx[0].item<int64_t>());
-    nlohmann::json shares = nlohmann::json::object();
-    shares[std::to_string(idx[0].item<int64_t>())] = v[0].item<double>();
-    if (t.size(0) > 1 && v[1].item<float>() > 0) {
-      text += '+';
-      text += std::to_string(idx[1].item<int64_t>());
-      shares[std::to_string(idx[1].item<int64_t>())] = v[1].item<double>();
-    }
-    labels.push_back(shares);
-    draw_text(rgb, s.width, x0, y0 + h + scale, text, scale, x0 + w);
-  }
-  write_file_atomic(options.out, encode_png(rgb, s.width, s.height, labels.dump()));
+  const Grid grid = compose_grid(tiles, targets, s);
+  write_file_atomic(options.out, encode_png(grid.rgb, s.width, s.height, grid.labels.dump()));
   log_info("preview: {} training samples of epoch 0 ({} batch(es){}) → {} ({}x{} tiles in a {}x{} grid, {}x{} px)",
            s.samples, s.batches,
            transforms.empty() ? "" : fmt::format(", after {}", [&] {

@@ -116,10 +116,10 @@ class MixUpCutMix final : public BatchTransform {
     if (d.kind == MixDraw::Kind::kMixUp) {
       b.images = at::roll(x, {1}, {0}).mul_(1.0 - d.lam).add_(x.mul(d.lam)).contiguous(format);
     } else {
+      // out[..., y1:y2, x1:x2] = x.roll(1, 0)[..., y1:y2, x1:x2]: only the box is rolled.
       at::Tensor out = x.clone(format);
-      const at::Tensor rolled = at::roll(x, {1}, {0});
       const CutMixBox& box = d.box;
-      out.slice(2, box.y1, box.y2).slice(3, box.x1, box.x2).copy_(rolled.slice(2, box.y1, box.y2).slice(3, box.x1, box.x2));
+      out.slice(2, box.y1, box.y2).slice(3, box.x1, box.x2).copy_(at::roll(x.slice(2, box.y1, box.y2).slice(3, box.x1, box.x2), {1}, {0}));
       b.images = out;
     }
     b.targets = mix_targets(b.targets, classes_, d.lam);

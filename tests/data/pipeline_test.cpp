@@ -77,7 +77,7 @@ TEST(ImagePipeline, SameBatchesForAnyThreadCountAndAcrossRestore) {
 }
 
 // Issue 26: with every automatic augmentation on (after the flip, as torchvision's preset), the
-// batches are still identical for 1, 2 and 4 threads and across a mid-epoch restore (law 1: each
+// batches are still identical for 1, 2 and 4 threads and across a mid-epoch restore (law 1, PITFALLS T15: each
 // op, bin, sign and mixing weight comes from the sample's own stream) — and the augmentation did
 // change them.
 TEST(ImagePipeline, EveryAugmentationGivesTheSameBatchesForAnyThreadCountAndAcrossRestore) {

@@ -245,7 +245,8 @@ TEST(TrainCli, KilledInSecondEpochResumesBitForBit) {
 
 // Issue 26's recipe: TrivialAugment and random erasing drawn per sample, MixUp/CutMix per batch
 // from (seed, step, rank), label smoothing over the soft targets, and the weight EMA: a run killed
-// mid-epoch and resumed ends with the uninterrupted run's weights, EMA included (law 1, law 5).
+// mid-epoch and resumed ends with the uninterrupted run's weights, EMA included (law 1, law 5;
+// PITFALLS T15: every stream from the one seed, per sample, per step).
 TEST(TrainCli, KilledWithTheModernRecipeResumesBitForBitEmaIncluded) {
   const std::initializer_list<std::string> recipe = {
       "--set", "data.augment=trivialaugment_wide", "--set", "data.random_erase=0.25", "--set", "data.mixup_alpha=0.2",

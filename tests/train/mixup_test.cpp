@@ -7,7 +7,8 @@
 // - the batch transforms' images and soft targets equal v2.MixUp / v2.CutMix given the same draw;
 // - random erasing: the erased share follows p, every box keeps torchvision's scale and ratio
 //   bounds, holds the value, and nothing outside it changes;
-// - every draw is a pure function of (seed, step, rank) — or (seed, epoch, sample) — (law 1).
+// - every draw is a pure function of (seed, step, rank) — or (seed, epoch, sample) — (law 1,
+//   PITFALLS T15).
 #include "crucible/train/mixup.h"
 
 #include <gtest/gtest.h>
