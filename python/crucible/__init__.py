@@ -18,9 +18,11 @@ from torch.utils import dlpack as _dlpack
 
 from . import _native
 from . import transforms
+from .exported import export, load_exported, train, TrainResult, TrainError
 
 __version__ = _native.version
-__all__ = ["ImageLoader", "ArrayLoader", "load", "save", "transforms"]
+__all__ = ["ImageLoader", "ArrayLoader", "load", "save", "transforms", "export", "load_exported", "train",
+           "TrainResult", "TrainError"]
 
 
 def _tensor(capsule):

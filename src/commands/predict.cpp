@@ -146,18 +146,19 @@ Predictions Predictor::run(int64_t top_k) {
 
 PredictSummary predict(const train::JobConfig& config, const PredictOptions& options) {
   const PredictFormat format = check_predict_options(options);  // bad usage fails before any work
-  const bool config_weights = !config.model.init.empty() || config.model.name == "torchscript";
+  const bool config_weights = !config.model.init.empty() || nn::weights_in_model_file(config.model);
   const InferenceJob ij = open_inference_job(
       config, {"predict", options.checkpoint, config_weights,
                "give --checkpoint FILE, the run's run.dir/run.name, or weights in the config (model.init = "
-               "\"weights.pt\", or model.name = \"torchscript\" with model.path)",
+               "\"weights.pt\", or model.name = \"torchscript\" or \"exported\" with model.path)",
                options.weights});
   train::Job& job = *ij.job;
   PredictSummary s;
   if (!ij.checkpoint.empty()) {
     s.model = fmt::format("{} of step {} from {}", ij.ema ? "weight EMA" : "model", ij.step, ij.checkpoint);
-  } else if (config.model.name == "torchscript" && config.model.init.empty()) {
-    s.model = fmt::format("TorchScript module {} as saved", config.model.path);
+  } else if (nn::weights_in_model_file(config.model) && config.model.init.empty()) {
+    s.model = fmt::format("{} {} as saved", config.model.name == "torchscript" ? "TorchScript module" : "exported program",
+                          config.model.path);
   } else {
     s.model = fmt::format("{} with model.init weights from {}", config.model.name, config.model.init);
   }

@@ -19,6 +19,7 @@
 #include "crucible/nn/batch_norm.h"
 #include "crucible/nn/layer_scope.h"
 #include "crucible/nn/resnet.h"
+#include "crucible/nn/exported.h"
 #include "crucible/nn/torchscript.h"
 
 namespace crucible::nn {
@@ -134,6 +135,8 @@ const Registry<ModelFactory>& model_registry() {
       r.add(fmt::format("resnet{}", depth), fmt::format("torchvision's ResNet-{} (same names and init)", depth),
             [depth](const ModelBuild& b) { return make_resnet(depth, b.in_channels, b.num_classes); });
     }
+    r.add("exported", "a Python model exported by torch.export (model.path: a .pt2 of crucible.export or torch.export.save)",
+          make_exported);
     r.add("torchscript", "a Python model saved by torch.jit.save(torch.jit.script(m)) (model.path)", make_torchscript);
     return r;
   }();

@@ -74,7 +74,8 @@ class TorchScriptModel final : public Model {
   bool is_training() const override { return module_.is_training(); }
   void to(c10::Device device) override { module_.to(device); }
 
-  bool save_torchscript(const std::string& path) override {
+  std::string save_program(const std::string& run_dir, const std::string& stem) override {
+    const std::string path = run_dir + "/" + stem + ".ts.pt";
     // Written in eval mode (ready for inference; Python's .train() switches it back) from CPU
     // copies of the tensors, so torch.jit.load needs no map_location.
     torch::jit::Module copy = module_.deepcopy();
@@ -83,7 +84,7 @@ class TorchScriptModel final : public Model {
     std::ostringstream bytes;
     copy.save(bytes);
     write_file_atomic(path, bytes.str());
-    return true;
+    return path;
   }
 
   InputSpec input_spec() const override { return spec_; }

@@ -133,7 +133,11 @@ void bind_model_optimization(JobConfig& j, ConfigSchema& s, const RegisteredName
   if (!names.models.empty()) model_name.choices(names.models);
   s.add("model", "dropout", &j.model.dropout, "dropout probability before the last layer").min(0).max(1, true);
   s.add("model", "path", &j.model.path,
-        "model.name = \"torchscript\": the module file, saved by torch.jit.save(torch.jit.script(model)) (not traced)");
+        "model.name = \"exported\": the .pt2 archive of crucible.export or torch.export.save; model.name = "
+        "\"torchscript\": the module file, saved by torch.jit.save(torch.jit.script(model)) (not traced)");
+  s.add("model", "eval_with_train_program", &j.model.eval_with_train_program,
+        "model.name = \"exported\" with one program exported in train mode: evaluate with it anyway (dropout on, "
+        "BatchNorm on batch statistics)");
   s.add("model", "init", &j.model.init,
         "start from these weights: a torch.save state_dict (.pt) or .safetensors; \"module.\" prefixes are stripped "
         "(X4), a classifier head of another class count is re-initialised (\"\" = the model's own init)");

@@ -74,8 +74,9 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 }  // namespace
 
 bool export_model(nn::Model& model, const std::string& run_dir, const std::string& stem) {
-  const std::string ts = run_dir + "/" + stem + ".ts.pt", st = run_dir + "/" + stem + ".safetensors";
-  if (!model.save_torchscript(ts)) return false;
+  const std::string st = run_dir + "/" + stem + ".safetensors";
+  const std::string program = model.save_program(run_dir, stem);
+  if (program.empty()) return false;
   std::vector<at::Tensor> keep;
   std::vector<nn::NamedTensor> all = model.named_parameters();
   for (auto& b : model.named_buffers()) all.push_back(std::move(b));
@@ -86,7 +87,8 @@ bool export_model(nn::Model& model, const std::string& run_dir, const std::strin
     bytes.push_back(io::tensor_bytes(all[i].name, all[i].tensor.detach().to(at::kCPU), keep[i]));
   }
   io::write_safetensors(st, bytes, {});
-  log_info("trained {} → {} (TorchScript) and {} (safetensors, state_dict names)", stem, ts, st);
+  log_info("trained {} → {} ({}) and {} (safetensors, state_dict names)", stem, program,
+           program.size() > 4 && program.compare(program.size() - 4, 4, ".pt2") == 0 ? "torch.export" : "TorchScript", st);
   return true;
 }
 

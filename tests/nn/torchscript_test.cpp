@@ -110,7 +110,7 @@ TEST(TorchScript, ScriptedModuleTrainsKeepsBuffersAndSwitchesMode) {
   EXPECT_LT((m->forward(x) - before).abs().max().item<float>(), 1e-5);
 
   // Written back: Python's torch.jit.load gives what crucible's forward gives (eval mode).
-  ASSERT_TRUE(m->save_torchscript(d / "out.ts.pt"));
+  ASSERT_EQ(m->save_program(d.path(), "out"), d / "out.ts.pt");
   const at::Tensor mine = m->forward(x);
   const auto theirs = nlohmann::json::parse(test::run_python(
       "import json, numpy as np, torch\n"

@@ -67,9 +67,11 @@ class Model {
   // The torch::nn module behind the model, for the torch::nn-only features (SyncBatchNorm
   // conversion, the bias-before-BatchNorm lint); nullptr where there is none (TorchScript).
   virtual torch::nn::Module* nn_module() { return nullptr; }
-  // Writes the model as a module Python loads with torch.jit.load to `path` (atomically) and
-  // returns true; false where the model cannot be written so (the zoo's torch::nn models).
-  virtual bool save_torchscript(const std::string& /*path*/) { return false; }
+  // Writes the model with its current weights in the format it came in, for Python to load:
+  // TorchScript (torch.jit.load) as <run_dir>/<stem>.ts.pt, an exported program
+  // (torch.export) as <run_dir>/<stem>.pt2, atomically; returns the path, or "" where there is
+  // no such format (the zoo's torch::nn models: safetensors only).
+  virtual std::string save_program(const std::string& /*run_dir*/, const std::string& /*stem*/) { return ""; }
   virtual InputSpec input_spec() const = 0;
   virtual std::string describe() const = 0;
 };

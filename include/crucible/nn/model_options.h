@@ -10,8 +10,12 @@ namespace crucible::nn {
 struct ModelOptions {
   std::string name = "fmnist_cnn";
   double dropout = 0.25;
-  // model.name = "torchscript": the module file (torch.jit.save(torch.jit.script(model))).
+  // model.name = "torchscript": the module file (torch.jit.save(torch.jit.script(model)));
+  // model.name = "exported": the .pt2 archive (torch.export.save, crucible.export).
   std::string path;
+  // model.name = "exported" with one program, exported in train mode: evaluate with it anyway
+  // (dropout on, BatchNorm on batch statistics; its buffer updates undone).
+  bool eval_with_train_program = false;
   // Fine-tuning: weights to start from (a torch.save state_dict .pt or a .safetensors file);
   // "" = the model's own initialisation.
   std::string init;
@@ -20,5 +24,9 @@ struct ModelOptions {
   // Parameters kept fixed (glob patterns over parameter names): not optimised, not synced.
   std::vector<std::string> freeze;
 };
+
+// Whether the model's weights come with it (model.path's TorchScript module or exported
+// program), so that predict needs no checkpoint.
+inline bool weights_in_model_file(const ModelOptions& o) { return o.name == "torchscript" || o.name == "exported"; }
 
 }  // namespace crucible::nn

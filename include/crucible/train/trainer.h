@@ -71,10 +71,11 @@ RegisteredNames registered_names();
 // Asks a running Trainer to stop at the next step boundary, checkpoint and return (SIGINT).
 void request_stop();
 
-// A model that can be written as TorchScript (a user model from Python) is, at the end of
-// training, written back to its run folder: <run_dir>/<stem>.ts.pt (torch.jit.load) and
-// <stem>.safetensors (plain state_dict names); false (nothing written) for a model that cannot
-// (the zoo's: their weights are the checkpoints' model.* tensors). Rank 0 only (law 4).
+// A user model from Python (TorchScript or torch.export) is, at the end of training, written
+// back to its run folder in its own format (Model::save_program: <stem>.ts.pt for
+// torch.jit.load, <stem>.pt2 for torch.export's loaders) and as <stem>.safetensors (plain
+// state_dict names); false (nothing written) for a model that cannot (the zoo's: their weights
+// are the checkpoints' model.* tensors). Rank 0 only (law 4).
 bool export_model(nn::Model& model, const std::string& run_dir, const std::string& stem);
 
 namespace testing {
