@@ -53,7 +53,7 @@ class Block(nn.Module):
 
     def forward(self, x):
         b, n, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = self.qkv(self.ln1(x)).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
         a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, c)
         x = x + self.proj(a)
         return x + self.mlp(self.ln2(x))
@@ -216,6 +216,29 @@ class ExportedTest(unittest.TestCase):
             s = json.load(f)
         self.assertGreaterEqual(s["resumed_from_step"], 20)
         self.assertEqual(s["params_sha256"], want)
+
+    def test_data_parallel_syncs_gradients_and_refuses_sync_batch_norm(self):
+        d = self.d
+        # Two ranks: the parameters' gradient hooks all-reduce during backward, BatchNorm's
+        # buffers are made equal by dist.bn = "broadcast", and the model trains. (That ranks
+        # stay equal is checked at every checkpoint by the trainer's replica fingerprints: a
+        # difference would fail the run.)
+        cmd = self.train_cmd("ddp", f"{d}/net.pt2", "--set", "train.batch_size=16", "--set", "train.max_steps=12",
+                             "--set", "dist.bn=broadcast")
+        r = run([CRUCIBLE, "launch", "--nproc", "2", "--"] + cmd)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("all-reduced during backward", r.stdout + r.stderr)
+        with open(f"{d}/ddp/summary.json") as f:
+            s = json.load(f)
+        self.assertEqual(s["world_size"], 2)
+        ckpt = read_safetensors(f"{d}/ddp/model.safetensors")
+        start = crucible.load_exported(f"{d}/net.pt2", "train").state_dict
+        self.assertGreater(max((ckpt[k].double() - start[k].double()).abs().max().item()
+                               for k in start if start[k].is_floating_point()), 1e-3)
+        r = run([CRUCIBLE, "launch", "--nproc", "2", "--"] +
+                self.train_cmd("ddp-sync", f"{d}/net.pt2", "--set", "dist.bn=sync"))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("dist.bn = sync needs a model built from crucible's torch::nn modules", r.stderr)
 
     def refused(self, archive, *extra):
         r = run(self.train_cmd("refused-" + os.path.basename(archive), archive, *extra))
