@@ -190,7 +190,10 @@ class ProgramBuilder {
         p_.params.emplace_back(value(s.at("arg").at("name")), s.at("parameter_name").get<std::string>());
       } else if (spec.contains("buffer")) {
         const json& s = spec["buffer"];
-        p_.buffers.emplace_back(value(s.at("arg").at("name")), s.at("buffer_name").get<std::string>());
+        // A non-persistent buffer is no part of the state_dict: the archive keeps it among the
+        // constants, and so does crucible (not trained, not checkpointed).
+        (s.value("persistent", true) ? p_.buffers : p_.constants)
+            .emplace_back(value(s.at("arg").at("name")), s.at("buffer_name").get<std::string>());
       } else if (spec.contains("tensor_constant")) {
         const json& s = spec["tensor_constant"];
         p_.constants.emplace_back(value(s.at("arg").at("name")), s.at("tensor_constant_name").get<std::string>());

@@ -69,9 +69,11 @@ class TinyViT(nn.Module):
         self.norm = nn.LayerNorm(16)
         self.drop = nn.Dropout(0.2)
         self.head = nn.Linear(16, classes)
+        self.register_buffer("gain", torch.tensor(1.5), persistent=False)  # an archive constant
 
     def forward(self, x):
-        x = self.bn(self.patch(x)).flatten(2).transpose(1, 2)
+        x = self.bn(self.patch(x * self.gain)).flatten(2).transpose(1, 2)
+        x = x + torch.tensor([0.25])  # a tensor made in forward: a lifted constant
         for blk in self.blocks:  # a Python loop: export unrolls it
             x = blk(x)
         return self.head(self.drop(self.norm(x).mean(1)))
