@@ -7,7 +7,8 @@
 
 `export` writes a PT2 archive holding two programs over the same weights: "train" (the model
 exported in train mode: dropout on, BatchNorm on batch statistics and updating its buffers) and
-"eval", each with a dynamic batch dimension, through torch's own archive writer. crucible's
+"model" (eval mode: the name torch.export.load reads, so that it gives the inference program),
+each with a dynamic batch dimension, through torch's own archive writer. crucible's
 `model.name = "exported"` trains the first and evaluates with the second.
 
 `train` runs crucible's trainer in a process of its own. crucible links its own libtorch, which
@@ -50,7 +51,8 @@ def export(model, example_input, path, dynamic_batch=True):
     try:
         for mode in ("train", "eval"):
             model.train(mode == "train")
-            programs[mode] = torch.export.export(model, (example_input,), dynamic_shapes=shapes)
+            programs["train" if mode == "train" else "model"] = torch.export.export(
+                model, (example_input,), dynamic_shapes=shapes)
     finally:
         model.train(was_training)
     tmp = os.path.join(os.path.dirname(path), ".tmp-" + os.path.basename(path))  # torch wants a .pt2 name
@@ -61,13 +63,16 @@ def export(model, example_input, path, dynamic_batch=True):
 
 def load_exported(path, mode="eval"):
     """The ExportedProgram of `mode` ("train" or "eval") in an archive of crucible.export or one
-    crucible wrote back; a torch.export.save archive's one program for mode=None."""
+    crucible wrote back (torch.export.load(path) gives the eval program too); a torch.export.save
+    archive's one program for mode=None."""
     from torch.export.pt2_archive._package import load_pt2
     programs = load_pt2(os.fspath(path)).exported_programs
     if mode is None:
         if len(programs) != 1:
             raise ValueError(f"{path}: holds programs {sorted(programs)}: name the mode")
         return next(iter(programs.values()))
+    if mode == "eval" and "eval" not in programs and "train" in programs and "model" in programs:
+        mode = "model"
     if mode not in programs:
         raise ValueError(f"{path}: no program {mode!r} (it holds {sorted(programs)})")
     return programs[mode]

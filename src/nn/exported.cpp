@@ -745,13 +745,18 @@ std::unique_ptr<Model> make_exported(const ModelBuild& b) {
   const std::vector<std::string>& names = archive.programs();
   std::vector<std::string> use;
   if (archive.has_program("train")) {
+    // crucible.export names the eval program "model", the name torch.export.load reads.
     use.push_back("train");
-    if (archive.has_program("eval")) use.push_back("eval");
+    if (archive.has_program("eval")) {
+      use.push_back("eval");
+    } else if (archive.has_program("model")) {
+      use.push_back("model");
+    }
   } else if (names.size() == 1) {
     use.push_back(names[0]);
   } else {
     throw bad_input("model.path = \"{}\": the archive holds programs {}; crucible trains \"train\" (and evaluates "
-                    "\"eval\"), or the archive's only program",
+                    "\"model\" or \"eval\"), or the archive's only program",
                     path, fmt::join(names, ", "));
   }
   std::vector<Program> programs;
@@ -836,9 +841,9 @@ std::unique_ptr<Model> make_exported(const ModelBuild& b) {
                     path, train.name, train.mode_node);
   }
   if (eval_index >= 0 && programs[1].mode && *programs[1].mode) {
-    throw bad_input("model.path = \"{}\": program \"eval\" was exported in train mode (node \"{}\" runs with training "
+    throw bad_input("model.path = \"{}\": program \"{}\" was exported in train mode (node \"{}\" runs with training "
                     "= True): export model.eval() for it",
-                    path, programs[1].mode_node);
+                    path, programs[1].name, programs[1].mode_node);
   }
   if (eval_index < 0 && train.mode && *train.mode) {
     log_warn("model.path = \"{}\": one program, exported in train mode: evaluation runs it too "

@@ -2,8 +2,9 @@
 // crucible reads the PT2 archive's programs (the training IR of torch.export.export: ATen ops,
 // functional and in-place) and runs each graph node by node through libtorch's dispatcher with
 // autograd on, so the parameters are leaf tensors the optimizer trains and the buffers change
-// as the graph says. An archive of crucible.export holds a "train" and an "eval" program over
-// the same weights; a single program's mode is fixed when it was exported.
+// as the graph says. An archive of crucible.export holds a "train" program and an eval-mode
+// program over the same weights, named "model" so that torch.export.load gives it ("eval" is
+// read too); a single program's mode is fixed when it was exported.
 #pragma once
 
 #include <memory>
