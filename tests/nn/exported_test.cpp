@@ -19,6 +19,7 @@
 namespace crucible::nn {
 namespace {
 
+#ifdef CRUCIBLE_TEST_TORCH2_PYTHON
 struct ExportCase {
   const char* name;
   const char* make;  // Python expression building the model
@@ -36,6 +37,7 @@ constexpr int kBatch = 16;
 double max_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
+#endif
 
 TEST(ExportedModel, TorchvisionModelsEqualEagerInBothModesAndInTraining) {
 #ifndef CRUCIBLE_TEST_TORCH2_PYTHON
