@@ -6,6 +6,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "crucible/core/error.h"
 #include "test_util.h"
@@ -78,6 +79,96 @@ TEST(World, BadVariablesAreNamedT2) {
   env = torchrun(1, 2, 1, 2);
   env["MASTER_PORT"] = "70000";
   test::expect_bad_input([&] { from(env); }, {"MASTER_PORT=70000"});
+}
+
+// srun's variables for task `rank` of a 2-node step of 4 tasks per node (issue 28: under srun
+// without torchrun every process believed it was rank 0).
+std::map<std::string, std::string> srun(int rank) {
+  return {{"SLURM_JOB_ID", "123456"},
+          {"SLURM_STEP_ID", "0"},
+          {"SLURM_PROCID", std::to_string(rank)},
+          {"SLURM_NTASKS", "8"},
+          {"SLURM_STEP_NUM_TASKS", "8"},
+          {"SLURM_LOCALID", std::to_string(rank % 4)},
+          {"SLURM_NODEID", std::to_string(rank / 4)},
+          {"SLURM_NNODES", "2"},
+          {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"},
+          {"SLURM_STEP_NODELIST", "gpu[07-08]"},
+          {"SLURM_JOB_NODELIST", "gpu[07-08],login1"}};
+}
+
+TEST(World, SlurmStepGivesEveryTaskItsRankAndTheFirstHostAsMasterT2) {
+  for (int rank = 0; rank < 8; ++rank) {
+    const World w = from(srun(rank));
+    EXPECT_TRUE(w.launched);
+    EXPECT_EQ(w.launcher, "slurm");
+    EXPECT_EQ(w.rank, rank);
+    EXPECT_EQ(w.size, 8);
+    EXPECT_EQ(w.local_rank, rank % 4);  // the device (T2), never the global rank
+    EXPECT_EQ(w.local_size, 4);
+    EXPECT_EQ(w.node_rank, rank / 4);
+    EXPECT_EQ(w.master_addr, "gpu07");
+    EXPECT_EQ(w.master_port, 20000 + 123456 % 20000);  // the same on every task
+  }
+  auto env = srun(5);
+  env["MASTER_PORT"] = "29600";
+  env["MASTER_ADDR"] = "10.1.2.3";
+  const World w = from(env);
+  EXPECT_EQ(w.master_port, 29600);
+  EXPECT_EQ(w.master_addr, "10.1.2.3");
+  EXPECT_NE(w.describe().find("SLURM"), std::string::npos);
+}
+
+TEST(World, TorchrunVariablesWinOverSlurms) {
+  auto env = srun(5);
+  for (const auto& [k, v] : torchrun(1, 2, 1, 2)) env[k] = v;
+  const World w = from(env);
+  EXPECT_EQ(w.launcher, "torchrun");
+  EXPECT_EQ(w.rank, 1);
+  EXPECT_EQ(w.size, 2);
+  EXPECT_EQ(w.master_addr, "10.0.0.7");
+}
+
+TEST(World, SlurmOutsideAStepIsOneProcessAndUnevenNodesCountTheirOwnTasks) {
+  // An sbatch script itself (no srun step): one process, as before.
+  auto env = srun(0);
+  env.erase("SLURM_STEP_ID");
+  EXPECT_FALSE(from(env).launched);
+  // 3 tasks on the first node, 1 on the second; the job's node list when the step's is unset.
+  env = srun(3);
+  env["SLURM_STEP_NUM_TASKS"] = "4";
+  env["SLURM_STEP_TASKS_PER_NODE"] = "3,1";
+  env["SLURM_LOCALID"] = "0";
+  env["SLURM_NODEID"] = "1";
+  env.erase("SLURM_STEP_NODELIST");
+  World w = from(env);
+  EXPECT_EQ(w.local_size, 1);
+  EXPECT_EQ(w.master_addr, "gpu07");
+  env["SLURM_NTASKS_PER_NODE"] = "2";  // --ntasks-per-node wins over the per-node list
+  env["SLURM_LOCALID"] = "1";
+  EXPECT_EQ(from(env).local_size, 2);
+  env["SLURM_LOCALID"] = "2";
+  test::expect_bad_input([&] { from(env); }, {"SLURM_LOCALID=2"});
+  env = srun(8);
+  test::expect_bad_input([&] { from(env); }, {"SLURM_PROCID=8", "8 tasks"});
+  env = srun(0);
+  env.erase("SLURM_STEP_NODELIST");
+  env.erase("SLURM_JOB_NODELIST");
+  test::expect_bad_input([&] { from(env); }, {"MASTER_ADDR", "SLURM_STEP_NODELIST"});
+}
+
+TEST(World, SlurmNodeListsExpandAsScontrolShowHostnames) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(expand_slurm_nodelist("node1", "L"), V({"node1"}));
+  EXPECT_EQ(expand_slurm_nodelist("node[01-03,7],gpu-a[1-2]x", "L"),
+            V({"node01", "node02", "node03", "node7", "gpu-a1x", "gpu-a2x"}));
+  EXPECT_EQ(expand_slurm_nodelist("r[1-2]n[08-09]", "L"), V({"r1n08", "r1n09", "r2n08", "r2n09"}));
+  EXPECT_EQ(expand_slurm_nodelist("c[098-101]", "L"), V({"c098", "c099", "c100", "c101"}));
+  test::expect_bad_input([] { expand_slurm_nodelist("node[1-3", "SLURM_JOB_NODELIST"); },
+                         {"SLURM_JOB_NODELIST", "without its ']'"});
+  test::expect_bad_input([] { expand_slurm_nodelist("node[3-1]", "L"); }, {"runs backwards"});
+  test::expect_bad_input([] { expand_slurm_nodelist("a,,b", "L"); }, {"empty host name"});
+  test::expect_bad_input([] { expand_slurm_nodelist("n[x]", "L"); }, {"not a number"});
 }
 
 }  // namespace

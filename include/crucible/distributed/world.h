@@ -1,12 +1,15 @@
 // Where this process stands in a data-parallel job, from the variables torchrun sets (and
-// crucible launch, and SLURM through them): RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT (reference: torch/distributed/run.py). No WORLD_SIZE means one
+// crucible launch): RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+// (reference: torch/distributed/run.py); without them, from SLURM's in an srun step
+// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID, the tasks per node, the master the
+// first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST). torchrun's win when both are set. No WORLD_SIZE means one
 // process outside any launcher; WORLD_SIZE=1 is a launched job of one (it still joins a process
 // group, as torchrun's single-process DDP does). The device is bound from LOCAL_RANK, never from RANK (T2). Torch-free.
 #pragma once
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace crucible::distributed {
 
@@ -20,6 +23,7 @@ struct World {
   int master_port = 29500;
 
   bool launched = false;     // started by a launcher (WORLD_SIZE set, even to 1): join a process group
+  std::string launcher;      // "torchrun" (its variables: torchrun, crucible launch) or "slurm"; "" when not launched
   bool distributed() const { return size > 1; }
   bool is_main() const { return rank == 0; }
   // "rank 1 of 4 (local 1 of 2 on node 0), rendezvous 10.0.0.1:29500"
@@ -31,6 +35,13 @@ struct World {
 // LOCAL_WORLD_SIZE, …) or missing while WORLD_SIZE > 1 needs it.
 World world_from_env(const std::function<const char*(const char*)>& getenv);
 World world_from_env();  // the process environment
+
+// The hosts of a SLURM node list, in order: "node[01-03,7],gpu-a[1-2]x" → node01 node02 node03
+// node7 gpu-a1x gpu-a2x (zero padding kept from the range's first bound; several bracket groups
+// in one name multiply out). Written here because no test machine has scontrol. Throws
+// bad_input naming `what` for an unbalanced bracket, an empty item or a range that runs
+// backwards.
+std::vector<std::string> expand_slurm_nodelist(const std::string& list, const std::string& what);
 
 // T2: a device count of 0 means CPU (any number of processes may share it); otherwise each
 // process on this machine needs its own device: bad_input when LOCAL_WORLD_SIZE exceeds it.
