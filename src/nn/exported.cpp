@@ -726,6 +726,7 @@ std::string ExportedModel::save_program(const std::string& run_dir, const std::s
       const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype));
       at::Tensor storage = at::from_blob(slot->second.data(), {static_cast<int64_t>(slot->second.size()) / elem},
                                          at::TensorOptions().dtype(dtype));
+      // outside the step: the end-of-run export
       storage.as_strided(t.sizes, t.strides, t.storage_offset).copy_(it->second.detach().to(at::kCPU));
     }
   }
