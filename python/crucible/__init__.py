@@ -12,6 +12,11 @@ thread count; the order and the shards equal torch's DistributedSampler (X1). Th
 the loader's own batch memory (no copy), kept alive by the tensors themselves. `load` reads
 npy, npz, safetensors and .pt files (a pickle that would run code is refused, naming what it
 calls) into tensors viewing the file's memory map where the format allows.
+
+A model defined in Python trains in crucible's C++ trainer through torch.export (torch >= 2.6):
+`crucible.export(model, example, "net.pt2")` for `model.name = "exported"`, or
+`crucible.train(model, example, data=(x, y, x_test, y_test), train__epochs=3)` for the whole
+run, which returns the summary and the model with the trained weights (exported.py).
 """
 import torch
 from torch.utils import dlpack as _dlpack
