@@ -734,6 +734,34 @@ std::string ExportedModel::save_program(const std::string& run_dir, const std::s
   return out;
 }
 
+// The input of every program: one image batch with a batch dimension that varies, and the
+// data's shape. bad_input naming the program otherwise.
+void check_inputs(const std::vector<Program>& programs, const ModelBuild& b, const std::string& path) {
+  const std::vector<int64_t> data = {-1, b.in_channels, b.height, b.width};
+  for (const Program& p : programs) {
+    if (p.input_dims.size() != 4) {
+      throw bad_input("model.path = \"{}\": program \"{}\" takes a {}-dimensional input; the data gives [batch, {}, {}, "
+                      "{}]",
+                      path, p.name, p.input_dims.size(), b.in_channels, b.height, b.width);
+    }
+    if (p.input_dims[0] >= 0) {
+      throw bad_input("model.path = \"{}\": program \"{}\" was exported for batches of exactly {}; export it with a "
+                      "dynamic batch (crucible.export does; torch.export.export(..., dynamic_shapes={{\"x\": {{0: "
+                      "torch.export.Dim(\"batch\")}}}}))",
+                      path, p.name, p.input_dims[0]);
+    }
+    for (size_t d = 1; d < 4; ++d) {
+      if (p.input_dims[d] >= 0 && p.input_dims[d] != data[d]) {
+        throw bad_input("model.path = \"{}\": program \"{}\" takes inputs [batch, {}], the data gives [batch, {}, {}, "
+                        "{}]",
+                        path, p.name,
+                        fmt::join(std::vector<int64_t>(p.input_dims.begin() + 1, p.input_dims.end()), ", "),
+                        b.in_channels, b.height, b.width);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Model> make_exported(const ModelBuild& b) {
@@ -808,31 +836,8 @@ std::unique_ptr<Model> make_exported(const ModelBuild& b) {
   }
   for (const auto& [v, name] : programs[0].buffers) buffers.push_back({name, loaded.at(name)});
 
-  // The input: one image batch with a batch dimension that varies, and the data's shape.
+  check_inputs(programs, b, path);
   const Program& train = programs[0];
-  const std::vector<int64_t> data = {-1, b.in_channels, b.height, b.width};
-  for (const Program& p : programs) {
-    if (p.input_dims.size() != 4) {
-      throw bad_input("model.path = \"{}\": program \"{}\" takes a {}-dimensional input; the data gives [batch, {}, {}, "
-                      "{}]",
-                      path, p.name, p.input_dims.size(), b.in_channels, b.height, b.width);
-    }
-    if (p.input_dims[0] >= 0) {
-      throw bad_input("model.path = \"{}\": program \"{}\" was exported for batches of exactly {}; export it with a "
-                      "dynamic batch (crucible.export does; torch.export.export(..., dynamic_shapes={{\"x\": {{0: "
-                      "torch.export.Dim(\"batch\")}}}}))",
-                      path, p.name, p.input_dims[0]);
-    }
-    for (size_t d = 1; d < 4; ++d) {
-      if (p.input_dims[d] >= 0 && p.input_dims[d] != data[d]) {
-        throw bad_input("model.path = \"{}\": program \"{}\" takes inputs [batch, {}], the data gives [batch, {}, {}, "
-                        "{}]",
-                        path, p.name,
-                        fmt::join(std::vector<int64_t>(p.input_dims.begin() + 1, p.input_dims.end()), ", "),
-                        b.in_channels, b.height, b.width);
-      }
-    }
-  }
   const int eval_index = programs.size() > 1 ? 1 : -1;
   if (eval_index < 0 && train.mode && *train.mode && !b.options.eval_with_train_program) {
     throw bad_input("model.path = \"{}\": its one program \"{}\" was exported in train mode (node \"{}\" runs with "
