@@ -284,7 +284,18 @@ std::string set_deterministic(bool on) {
 
 void set_matmul_precision(const std::string& precision) { at::globalContext().setFloat32MatmulPrecision(precision); }
 
+std::string matmul_precision() {
+  switch (at::globalContext().float32MatmulPrecision()) {
+    case at::Float32MatmulPrecision::HIGHEST: return "highest";
+    case at::Float32MatmulPrecision::HIGH: return "high";
+    case at::Float32MatmulPrecision::MEDIUM: return "medium";
+  }
+  return "unknown";
+}
+
 void set_cudnn_benchmark(bool on) { at::globalContext().setBenchmarkCuDNN(on); }
+
+bool cudnn_benchmark() { return at::globalContext().benchmarkCuDNN(); }
 
 void enable_sync_debug() {
   ::setenv("CUDA_LAUNCH_BLOCKING", "1", /*overwrite=*/1);

@@ -265,7 +265,12 @@ void assemble_precision(Job& job, const StoredChoices& stored) {
              job.determinism_env.empty() ? "" : "; set " + job.determinism_env);
   }
   compat::set_matmul_precision(c.train.matmul_precision);
-  compat::set_cudnn_benchmark(!c.train.deterministic);  // T9: every batch has the pipeline's fixed shape
+  // T9: autotuning pays when every batch has the pipeline's fixed shape; under multi_scale each
+  // new size would be tuned again (and cached), so it is off, as in deterministic mode.
+  compat::set_cudnn_benchmark(!c.train.deterministic && c.train.multi_scale.empty());
+  if (!c.train.multi_scale.empty() && !c.train.deterministic) {
+    log_info("cuDNN benchmark mode off (T9): train.multi_scale changes the input shape from step to step");
+  }
   if (c.train.sync_debug) {
     log_info("sync debug (T14): every GPU kernel is synchronised (CUDA_LAUNCH_BLOCKING=1), errors point at their "
              "own line, and torch warns at every host synchronisation (sync-debug mode {})",

@@ -224,6 +224,8 @@ json summary_json(Job& job, const RunState& st, SessionRecord& session, const Tr
             {"loss_scale", job.scaler.enabled() ? json(job.scaler.scale()) : json(nullptr)},
             {"loss_scale_growth_tracker", job.scaler.enabled() ? json(job.scaler.growth_tracker()) : json(nullptr)},
             {"threads", compat::num_threads()},
+            {"matmul_precision", compat::matmul_precision()},  // T5, read back from torch
+            {"cudnn_benchmark", compat::cudnn_benchmark()},    // T9, read back from torch
             {"world_size", job.world.size},
             {"seed", job.config.run.seed},
             {"model", job.config.model.name},

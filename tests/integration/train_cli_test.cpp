@@ -124,6 +124,32 @@ TEST(TrainCli, HostReadsPerStepAreTheVoteAndTheIntervalT6) {
   EXPECT_DOUBLE_EQ(s["host_reads_per_step"].get<double>(), 1.1);
 }
 
+// T5 and T9, read back from torch's context at the end of the run (summary.json), not from the
+// config: the matmul precision asked for is the one torch used; cuDNN's autotuner is on for the
+// pipeline's fixed shape and off when train.multi_scale changes the shape at every step (each
+// new shape would be tuned again) and in deterministic mode.
+TEST(TrainCli, MatmulPrecisionAndCudnnBenchmarkAreReadBackT5T9) {
+  test::TempDir d;
+  auto run = [&](const std::string& name, std::initializer_list<std::string> extra) {
+    auto cmd = with(small_run(d, name, 1), {"--set", "train.max_steps=2", "--set", "data.test_samples=100"});
+    cmd.insert(cmd.end(), extra.begin(), extra.end());
+    auto r = test::run_command(cmd);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    return std::make_pair(read_json(d / (name + "/summary.json")), r.out);
+  };
+  auto [medium, medium_out] = run("medium", {"--set", "train.matmul_precision=medium"});
+  EXPECT_EQ(medium["matmul_precision"], "medium");
+  EXPECT_EQ(medium["cudnn_benchmark"], true);
+  auto [high, high_out] = run("high", {"--set", "train.matmul_precision=high", "--set", "train.multi_scale=[20, 28]"});
+  EXPECT_EQ(high["matmul_precision"], "high");
+  EXPECT_EQ(high["cudnn_benchmark"], false);
+  expect_contains(high_out, "cuDNN benchmark mode off (T9): train.multi_scale changes the input shape");
+  EXPECT_EQ(medium_out.find("cuDNN benchmark mode off"), std::string::npos);
+  auto [det, det_out] = run("det", {"--set", "train.deterministic=true"});
+  EXPECT_EQ(det["matmul_precision"], "high");  // the default
+  EXPECT_EQ(det["cudnn_benchmark"], false);
+}
+
 TEST(TrainCli, RunFolderHoldsConfigMetricsCheckpointsAndSummary) {
   test::TempDir d;
   auto r = test::run_command(small_run(d, "folder", 1));

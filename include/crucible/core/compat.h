@@ -95,8 +95,11 @@ void reset_device_peak(c10::Device device);
 std::string set_deterministic(bool on);
 // T5: "highest" | "high" | "medium" (TF32 and bf16 matmuls where the device has them).
 void set_matmul_precision(const std::string& precision);
-// T9: cuDNN autotuning for fixed input shapes.
+// What torch will use, read back from its context (the value summary.json records).
+std::string matmul_precision();
+// T9: cuDNN autotuning for fixed input shapes; cudnn_benchmark reads torch's switch back.
 void set_cudnn_benchmark(bool on);
+bool cudnn_benchmark();
 // T14. enable_sync_debug: kernels launch synchronously (CUDA_LAUNCH_BLOCKING=1, which the CUDA
 // driver reads when it starts: call this before anything touches CUDA), and torch's runtime
 // sync-debug switch (torch.cuda.set_sync_debug_mode) set to warn, so every host synchronisation
