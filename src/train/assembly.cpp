@@ -6,12 +6,14 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "crucible/core/compat.h"
 #include "crucible/core/error.h"
+#include "crucible/core/file.h"
 #include "crucible/core/log.h"
 #include "crucible/core/memory.h"
 #include "crucible/core/rng.h"
@@ -73,7 +75,22 @@ void assemble_data(Job& job) {
   const JobConfig& c = job.config;
   const uint64_t seed = static_cast<uint64_t>(c.run.seed);
   const auto t0 = Clock::now();
-  const DataSetup ds = make_data(c, derive_seed(seed, RngStream::kAugment));
+  // X8: rank 0 opens the data first, so what opening writes beside it (a tar shard's .idx) is
+  // written once, by one process; the others open after it and read what it wrote (on a node
+  // that does not share rank 0's file system they build their own, each written atomically).
+  DataSetup ds;
+  const auto open = [&] {
+    if (const double ms = seam_ms(testing::kRank0OpenDelayEnv); ms > 0 && job.world.rank == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(1000 * ms)));
+    }
+    ds = make_data(c, derive_seed(seed, RngStream::kAugment));
+  };
+  distributed::rank0_then_all(job.comm.get(), "open the data", open);
+  if (job.comm && job.comm->rank() != 0) open();
+  if (const char* trace = std::getenv(testing::kStepTraceEnv); trace != nullptr && *trace != '\0') {
+    write_file_atomic(fmt::format("{}.rank{}.data", trace, job.world.rank),
+                      ds.train->describe() + "\n" + ds.test->describe() + "\n");
+  }
   const data::ImageSpec spec = ds.train->output_spec();
   job.num_classes = ds.num_classes;
   log_info("data: {} training and {} test samples of {} ({} classes{}), opened in {:.1f} s", ds.train->size(),

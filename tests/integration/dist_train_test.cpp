@@ -223,6 +223,46 @@ TEST(DistTrain, HungRankIsNamedOnceTheTimeoutPassesX10) {
   expect_contains(launch.err(), "Timed out");
 }
 
+// X8: two ranks train on shared WebDataset tar shards that have no ".idx" offset index yet.
+// Rank 0 opens the data first and writes each shard's index; rank 1 opens after it and reads
+// them (each rank says what its sources did through CRUCIBLE_TEST_STEP_TRACE's .data file), so
+// no two processes write the same file at once. Then a one-process run reads them too.
+TEST(DistTrain, RankZeroIndexesSharedTarShardsAndTheOthersReadThemX8) {
+  test::TempDir d;
+  test::run_python("import io, numpy as np, tarfile\nfrom PIL import Image\n"
+                   "rng = np.random.default_rng(3)\n"
+                   "for name, n in (('train-0', 48), ('train-1', 48), ('test-0', 32)):\n"
+                   "    with tarfile.open('" + d.path() + "/' + name + '.tar', 'w') as t:\n"
+                   "        for i in range(n):\n"
+                   "            c = i % 2\n"
+                   "            a = np.full((20, 20, 3), 40 + 160 * c, np.uint8) + rng.integers(0, 30, (20, 20, 3), dtype=np.uint8)\n"
+                   "            b = io.BytesIO(); Image.fromarray(a).save(b, format='PNG')\n"
+                   "            for ext, data in (('png', b.getvalue()), ('cls', b'%d' % c)):\n"
+                   "                ti = tarfile.TarInfo('s%03d.%s' % (i, ext)); ti.size = len(data); t.addfile(ti, io.BytesIO(data))\n");
+  const std::initializer_list<std::string> data = {
+      "--set", "data.dataset=images", "--set", "data.train_path=" + d.path() + "/train-{0..1}.tar",
+      "--set", "data.test_path=" + (d / "test-0.tar"), "--set", "data.crop=16", "--set", "data.mean=[0.5, 0.5, 0.5]",
+      "--set", "data.std=[0.25, 0.25, 0.25]", "--set", "data.eval_crop=16", "--set", "data.eval_resize=20",
+      "--set", "train.epochs=2", "--set", "train.batch_size=16", "--set", "train.eval_batch_size=16",
+      "--set", "schedule.warmup=0.5"};
+  ::setenv("CRUCIBLE_TEST_STEP_TRACE", (d / "trace").c_str(), 1);
+  ::setenv("CRUCIBLE_TEST_RANK0_OPEN_DELAY_MS", "500", 1);  // rank 1 would open first if it did not wait
+  const auto r = test::run_command(launched(2, train_cmd(d, "tar", data)));
+  ::unsetenv("CRUCIBLE_TEST_RANK0_OPEN_DELAY_MS");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string rank0 = test::read_text(d / "trace.rank0.data"), rank1 = test::read_text(d / "trace.rank1.data");
+  expect_contains(rank0, "2 tar shards");
+  expect_contains(rank0, "offset indexes: 0 read from .idx, 2 built");  // the train shards
+  expect_contains(rank0, "offset indexes: 0 read from .idx, 1 built");  // the test shard
+  expect_contains(rank1, "offset indexes: 2 read from .idx, 0 built");
+  expect_contains(rank1, "offset indexes: 1 read from .idx, 0 built");
+  for (const char* f : {"train-0.tar.idx", "train-1.tar.idx", "test-0.tar.idx"}) EXPECT_TRUE(fs::exists(d / f)) << f;
+  const auto one = test::run_command(train_cmd(d, "tar1", data));
+  ::unsetenv("CRUCIBLE_TEST_STEP_TRACE");
+  ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
+  expect_contains(test::read_text(d / "trace.rank0.data"), "offset indexes: 2 read from .idx, 0 built");
+}
+
 // M4: multi-scale training on 2 ranks runs each step at the size drawn from (seed, step) —
 // recorded by each rank for every step (CRUCIBLE_TEST_STEP_TRACE) and compared: the ranks
 // trained the same size at every step, every size of the list occurs, and the sizes equal

@@ -83,13 +83,17 @@ namespace testing {
 // samples fails as an allocation failure would. step < 0 disarms it.
 void inject_oom(int64_t step, int64_t max_micro_batch);
 // Test seam (M4): with CRUCIBLE_TEST_STEP_TRACE=PREFIX in the environment, each rank appends
-// "<step> <input size>" for every training step to PREFIX.rank<R>.
+// "<step> <input size>" for every training step to PREFIX.rank<R>, and writes what its data
+// pipelines say of themselves (describe(), the train's then the test's) to PREFIX.rank<R>.data (X8).
 constexpr const char* kStepTraceEnv = "CRUCIBLE_TEST_STEP_TRACE";
 // Test seams for the bottleneck verdict: each training sample takes this many milliseconds
 // longer to load (input-bound), each gradient sync this many longer to finish
 // (communication-bound).
 constexpr const char* kSampleDelayEnv = "CRUCIBLE_TEST_SAMPLE_DELAY_MS";
 constexpr const char* kAllReduceDelayEnv = "CRUCIBLE_TEST_ALLREDUCE_DELAY_MS";
+// Test seam (X8): rank 0 waits this many milliseconds before it opens the data, so a rank that
+// did not wait for it would open the data first.
+constexpr const char* kRank0OpenDelayEnv = "CRUCIBLE_TEST_RANK0_OPEN_DELAY_MS";
 }  // namespace testing
 
 }  // namespace crucible::train
