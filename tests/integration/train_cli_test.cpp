@@ -8,9 +8,12 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <fstream>
 #include <regex>
 #include <thread>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "crucible/core/memory.h"
@@ -405,6 +408,61 @@ TEST(TrainCliSlow, TwoRanksTrainTheDefaultRecipeAsOneProcess) {
 
 namespace crucible {
 namespace {
+
+// The threads of a running process by name (/proc/PID/task/*/comm); empty once it has gone.
+std::map<std::string, int> threads_by_name(int pid) {
+  std::map<std::string, int> names;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc/" + std::to_string(pid) + "/task", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::ifstream comm(it->path() / "comm");
+    std::string name;
+    if (std::getline(comm, name)) ++names[name];
+  }
+  return names;
+}
+
+// D7: the loader's threads never start threads of their own — no decoder thread, no torch
+// intra-op (OpenMP) team. A thread takes its creator's name on Linux, so a team started from a
+// loader thread would show up as more "crucible-load" threads than the loaders' pools hold
+// (data.threads each for training and evaluation). Sampled from /proc while a run decodes
+// JPEGs with 3 loader threads and 2 torch threads; torch's own team (started by the main
+// thread) is there too, under the main thread's name.
+TEST(TrainCli, LoaderThreadsStartNoThreadsOfTheirOwnD7) {
+  test::TempDir d;
+  test::run_python("import numpy as np, os\nfrom PIL import Image\n"
+                   "rng = np.random.default_rng(5)\n"
+                   "for split, n in (('train', 96), ('test', 32)):\n"
+                   "    for i in range(n):\n"
+                   "        c = i % 2; dd = os.path.join('" + d.path() + "', split, 'class%d' % c); os.makedirs(dd, exist_ok=True)\n"
+                   "        a = np.full((96, 80, 3), 40 + 160 * c, np.uint8) + rng.integers(0, 30, (96, 80, 3), dtype=np.uint8)\n"
+                   "        Image.fromarray(a).save(os.path.join(dd, '%03d.jpg' % i), quality=90)\n");
+  ::setenv("CRUCIBLE_TEST_SAMPLE_DELAY_MS", "3", 1);  // a run long enough to watch
+  test::Child run({test::crucible_binary(), "train", "--set", "run.dir=" + d.path(), "--set", "run.name=threads",
+                   "--set", "data.dataset=images", "--set", "data.train_path=" + (d / "train"), "--set",
+                   "data.test_path=" + (d / "test"), "--set", "data.crop=24", "--set", "data.mean=[0.5, 0.5, 0.5]",
+                   "--set", "data.std=[0.25, 0.25, 0.25]", "--set", "data.threads=3", "--set", "train.threads=2",
+                   "--set", "train.epochs=3", "--set", "train.batch_size=16", "--set", "train.eval_batch_size=16"},
+                  d.path());
+  ::unsetenv("CRUCIBLE_TEST_SAMPLE_DELAY_MS");
+  std::map<std::string, int> most;
+  int samples = 0;
+  while (run.running()) {
+    const auto now = threads_by_name(run.pid());
+    for (const auto& [name, n] : now) most[name] = std::max(most[name], n);
+    samples += now.count("crucible-load") > 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(run.wait(), 0) << run.err();
+  std::string seen;
+  for (const auto& [name, n] : most) seen += fmt::format("{} × {}; ", name, n);
+  std::printf("threads seen: %s (%d samples)\n", seen.c_str(), samples);
+  EXPECT_GT(samples, 20) << "the loader was not watched while it ran: " << seen;
+  EXPECT_EQ(most["crucible-load"], 2 * 3) << seen;  // the training and the evaluation pools
+  int total = 0;
+  for (const auto& [name, n] : most) total += n;
+  EXPECT_LE(total, 2 * 3 + 8) << seen;  // the loaders, main, torch's team, and a few of crucible's own
+}
 
 // The trainer on encoded images (data.dataset = "images"): an ImageFolder of PNGs and JPEGs,
 // RandomResizedCrop to 16×16, 3-channel normalisation in RGB order (D3, D4).

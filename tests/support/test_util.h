@@ -50,6 +50,7 @@ class Child {
   // Waits for exit; returns exit code or 128 + signal.
   int wait();
   int64_t max_rss_kb() const { return max_rss_kb_; }  // after wait()
+  int pid() const { return pid_; }
   bool running();
   std::string out() const;
   std::string err() const;
