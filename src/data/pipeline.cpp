@@ -154,6 +154,7 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
       DecodeOptions full_options;
       full_options.fast = opt_.fast_decode;
       DecodedImage full = decode_image(data, size, name, full_options);
+      decoded_pixels_.fetch_add(int64_t{full.width} * full.height, std::memory_order_relaxed);
       auto e = std::make_shared<Cached>();
       e->bytes = std::move(full.pixels);
       e->width = full.width;
@@ -191,6 +192,7 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
       d.padded_rows = true;
       d.recycle = &decode_storage;
       DecodedImage img = decode_image(data, size, name, d);
+      decoded_pixels_.fetch_add(int64_t{img.width} * img.height, std::memory_order_relaxed);
       resize_image(img.data(), img.width, img.height, static_cast<int>(img.stride()), 3, resized.data(),
                    rc.resized_width, rc.resized_height, /*flip=*/false, planar);
       decode_storage.swap(img.pixels);
@@ -223,6 +225,7 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
       d.padded_rows = true;  // resized straight from libjpeg's rows
       d.recycle = &decode_storage;
       DecodedImage img = decode_image(data, size, name, d);
+      decoded_pixels_.fetch_add(int64_t{img.width} * img.height, std::memory_order_relaxed);
       resize_image(img.data(), img.width, img.height, static_cast<int>(img.stride()), 3, dst, crop, crop, flip,
                    planar);
       decode_storage.swap(img.pixels);

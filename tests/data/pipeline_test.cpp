@@ -190,6 +190,41 @@ TEST(ImagePipeline, BgrOnlyWhenAskedAndExactlySwappedD3) {
   }
 }
 
+// D2: the pipeline asks libjpeg for the smallest DCT scale M/8 that still covers the size it
+// resizes to. 512×384 JPEGs at crop 32: evaluation resizes the short side to int(32 / 0.875) =
+// 36, i.e. to 48×36, which scale 1/8 covers: 64×48 pixels decoded per image, not 196,608.
+// Training decodes the random region at the smallest M/8 keeping both sides ≥ 32 px: its
+// shorter side then lands below 2 × 32 + 1 (M = 1 holds a 512 px side to 64; for M ≥ 2 the
+// side at (M − 1)/8 was < 32), its longer side within the aspect ratio's 4/3 of that — so at
+// most 65² × 4/3 pixels per sample, while the regions (≥ 8% of the image) hold ≥ 15,728 pixels
+// at full scale.
+TEST(ImagePipeline, DecodesAtTheSmallestSufficientDctScaleD2) {
+  test::TempDir d;
+  test::run_python("import numpy as np, os\nfrom PIL import Image\n"
+                   "os.makedirs('" + d.path() + "/c', exist_ok=True)\n"
+                   "y, x = np.mgrid[0:384, 0:512]\n"
+                   "for i in range(6):\n"
+                   "    a = np.stack([(x + i * 9) % 256, (y * 2) % 256, (x + y) % 256], -1).astype(np.uint8)\n"
+                   "    Image.fromarray(a).save('" + d.path() + "/c/%d.jpg' % i, quality=90)\n");
+  ImagePipelineOptions o = options(32);
+  o.train = false;
+  ImagePipeline eval(open_image_folder(d.path()), o);
+  std::vector<uint8_t> out(32 * 32 * 3);
+  for (int64_t i = 0; i < eval.size(); ++i) eval.produce(i, 0, out.data());
+  EXPECT_EQ(eval.decoded_pixels(), 6 * 64 * 48);
+  o.train = true;
+  ImagePipeline train(open_image_folder(d.path()), o);
+  for (int64_t epoch = 0; epoch < 5; ++epoch) {
+    for (int64_t i = 0; i < train.size(); ++i) {
+      const int64_t before = train.decoded_pixels();
+      train.produce(i, epoch, out.data());
+      const int64_t pixels = train.decoded_pixels() - before;
+      EXPECT_GE(pixels, 32 * 32) << "epoch " << epoch << " image " << i;
+      EXPECT_LE(pixels, 65 * 65 * 4 / 3) << "epoch " << epoch << " image " << i;
+    }
+  }
+}
+
 TEST(ImagePipeline, EvaluationCropIsDeterministic) {
   test::TempDir d;
   make_folder(d.path(), 6);

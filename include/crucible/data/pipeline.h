@@ -99,6 +99,9 @@ class ImagePipeline final : public SamplePipeline {
   int files_needed(int threads) const override;
   // Bytes held by the cache now.
   int64_t cached_bytes() const { return cache_used_.load(); }
+  // Pixels the decoders have returned so far (width × height of each decode, at its DCT scale):
+  // what D2 saves is visible here (a 512×384 JPEG evaluated at crop 32 decodes 64×48 pixels).
+  int64_t decoded_pixels() const { return decoded_pixels_.load(std::memory_order_relaxed); }
 
  private:
   struct Cached;
@@ -112,6 +115,7 @@ class ImagePipeline final : public SamplePipeline {
   mutable std::vector<std::shared_ptr<const Cached>> cache_;  // guarded by cache_mu_ stripes
   mutable std::mutex cache_mu_[64];
   mutable std::atomic<int64_t> cache_used_{0};
+  mutable std::atomic<int64_t> decoded_pixels_{0};
 };
 
 }  // namespace crucible::data
