@@ -366,6 +366,7 @@ void assemble_step(Job& job, const std::string& checkpoint_dir) {
   so.clip_norm = c.train.clip_norm;
   so.max_bad_steps = c.train.max_bad_steps;
   so.checkpoint_dir = checkpoint_dir;
+  so.update_norm_every = c.log.every_steps;  // T4: measured at each log interval's last step
   job.step = std::make_unique<TrainStep>(*job.model, *job.loss, *job.optimizer, job.scaler, job.params, so, job.device,
                                          job.comm.get(), job.grad_sync.get());
   job.clock = std::make_unique<obs::PhaseClock>(job.device, c.train.profile != TrainSection::Profile::kOff);

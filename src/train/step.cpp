@@ -93,6 +93,7 @@ void IntervalSums::zero() {
   correct.zero_();
   grad_norm_max.zero_();
   clipped_norm_max.zero_();
+  if (group_norms.defined()) group_norms.zero_();
 }
 
 TrainStep::TrainStep(nn::Model& model, const Loss& loss, Optimizer& optimizer, GradScaler& scaler,
@@ -111,6 +112,8 @@ TrainStep::TrainStep(nn::Model& model, const Loss& loss, Optimizer& optimizer, G
     names_.push_back(std::move(p.name));
     params_.push_back(std::move(p.tensor));
   }
+  sums_.group_norms = at::zeros({2 * static_cast<int64_t>(optimizer_.groups().size())},
+                                at::TensorOptions().dtype(at::kFloat).device(device));
 }
 
 GradScalerOptions grad_scaler_options(const JobConfig& job, const Precision& precision) {
@@ -143,7 +146,16 @@ TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64
   result.taken = scaler_.update(!finite);
   if (result.taken) {
     if (before_update) before_update(names_, grads);
+    const int64_t every = options_.update_norm_every;
+    std::vector<at::Tensor> before;
+    if (every > 0 && (step + 1) % every == 0) {
+      at::NoGradGuard no_grad;
+      for (const auto& g : optimizer_.groups()) {
+        for (const auto& p : g.params) before.push_back(p.tensor.detach().clone());
+      }
+    }
     optimizer_.step(lr, momentum);
+    if (!before.empty()) measure_update(before);
     counters_.bad_in_row = 0;
   } else {
     skip(step, grads, saved);
@@ -151,6 +163,27 @@ TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64
   optimizer_.zero_grad();  // T10: set to none
   lap(Phase::kOptimizer);
   return result;
+}
+
+// T4: ‖after − before‖ and ‖after‖ per group, on the device (read with the interval's sums).
+void TrainStep::measure_update(const std::vector<at::Tensor>& before) {
+  at::NoGradGuard no_grad;
+  const auto& groups = optimizer_.groups();
+  std::vector<at::Tensor> updates, weights;
+  size_t k = 0;
+  for (const auto& g : groups) {
+    std::vector<at::Tensor> u, w;
+    for (const auto& p : g.params) {
+      const at::Tensor now = p.tensor.detach().to(at::kFloat);
+      u.push_back((now - before[k++].to(at::kFloat)).norm());
+      w.push_back(now.norm());
+    }
+    const auto zero = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    updates.push_back(u.empty() ? zero : at::stack(u).norm());
+    weights.push_back(w.empty() ? zero : at::stack(w).norm());
+  }
+  updates.insert(updates.end(), weights.begin(), weights.end());
+  sums_.group_norms.copy_(at::stack(updates));
 }
 
 void TrainStep::lap(Phase phase) {
@@ -285,6 +318,8 @@ data::NormalizeOptions normalize_options(const JobConfig& job) {
 
 std::vector<ParamGroup> parameter_groups(const OptimOptions& options, const std::vector<NamedTensor>& params) {
   ParamGroup decay, no_decay;
+  decay.name = "weights";
+  no_decay.name = "bias_and_norm";
   decay.weight_decay = options.weight_decay;
   no_decay.weight_decay = options.decay_bias_and_norm ? options.weight_decay : 0.0;
   for (const auto& p : params) (p.tensor.dim() <= 1 ? no_decay : decay).params.push_back(p);

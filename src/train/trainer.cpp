@@ -455,6 +455,7 @@ void Trainer::Impl::read_interval(obs::MetricSinks& sinks, double lr, double mom
                               at::scalar_tensor(static_cast<double>(st.interval_samples),
                                                 at::TensorOptions().dtype(at::kDouble).device(job->device)),
                               sums.grad_norm_max.to(at::kDouble), sums.clipped_norm_max.to(at::kDouble)});
+  all = at::cat({all, sums.group_norms.to(at::kDouble)});  // T4
   if (job->comm) job->comm->all_reduce_sum(all);
   const std::vector<double> host = host_values(all, HostRead::kInterval);
   const double samples = std::max(1.0, host[2]);
@@ -478,6 +479,16 @@ void Trainer::Impl::read_interval(obs::MetricSinks& sinks, double lr, double mom
                  {"momentum", momentum},
                  {"samples_per_s", secs > 0 ? samples / secs : 0},
                  {"samples", st.samples}};
+  // T4: each parameter group's update at the interval's last step (replicas equal: sum / N).
+  const auto& groups = job->optimizer->groups();
+  json update_norm = json::object(), weight_norm = json::object();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::string name = groups[g].name.empty() ? fmt::format("group{}", g) : groups[g].name;
+    update_norm[name] = host[5 + g] / ranks;
+    weight_norm[name] = host[5 + groups.size() + g] / ranks;
+  }
+  record["update_norm"] = update_norm;
+  record["weight_norm"] = weight_norm;
   if (c.train.clip_norm > 0) {
     record["grad_norm_max"] = host[3] / ranks;          // before clipping
     record["grad_norm_max_clipped"] = host[4] / ranks;  // what the optimizer saw

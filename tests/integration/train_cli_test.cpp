@@ -170,7 +170,14 @@ TEST(TrainCli, RunFolderHoldsConfigMetricsCheckpointsAndSummary) {
   std::istringstream lines(test::read_text(run + "/metrics.jsonl"));
   for (std::string line; std::getline(lines, line);) {
     json j = json::parse(line);
-    if (j["type"] == "train") ++train_records;
+    if (j["type"] == "train") {
+      ++train_records;
+      // T4: each parameter group's update at the interval's last step, beside its weight norm.
+      for (const char* g : {"weights", "bias_and_norm"}) {
+        EXPECT_GT(j["update_norm"][g].get<double>(), 0.0) << line;
+        EXPECT_LT(j["update_norm"][g].get<double>(), j["weight_norm"][g].get<double>()) << line;
+      }
+    }
     if (j["type"] == "eval") {
       ++eval_records;
       EXPECT_EQ(j["samples"], 1000);

@@ -12,6 +12,10 @@
 #include "crucible/core/compat.h"
 #include "crucible/nn/model.h"
 #include "crucible/nn/model_options.h"
+#include "crucible/train/grad_scaler.h"
+#include "crucible/train/job_config.h"
+#include "crucible/train/loss.h"
+#include "crucible/train/optimizer.h"
 
 namespace crucible::train {
 namespace {
@@ -64,6 +68,81 @@ TEST(Step, AccumulatedMicroBatchesGiveTheWholeBatchGradientM5) {
     EXPECT_NEAR(split.loss_sum, whole.loss_sum, 1e-6 * std::abs(whole.loss_sum));  // float32 losses
     EXPECT_EQ(split.correct, whole.correct);
   }
+}
+
+// T4: "a zero gradient means no update" is false with weight decay, so the step reports each
+// parameter group's update. AdamW (decoupled decay, lr 0.01, decay 0.1) on fmnist_cnn:
+// - the gradients zeroed just before the update (the before_update seam): the weights group
+//   moves by exactly lr × decay × ‖w‖ (Adam's term is 0 / (0 + eps)), the biases and norm
+//   weights (no decay) not at all;
+// - a real step: the reported norms equal ‖after − before‖ and ‖after‖ per group computed here;
+// - a step that is not the interval's last reports nothing (update_norm_every = 2, step 0).
+TEST(Step, EachParameterGroupsUpdateNormIsMeasuredT4) {
+  compat::seed_cpu_generator(4);
+  nn::ModelOptions mo;
+  auto model = nn::make_model(mo, 1, 28, 28, 10);
+  model->train(true);
+  OptimOptions oo;
+  oo.lr = 0.01;
+  oo.weight_decay = 0.1;
+  std::vector<NamedTensor> params = model->named_parameters();
+  auto optimizer = make_optimizer(oo, parameter_groups(oo, params));
+  ASSERT_EQ(optimizer->groups().size(), 2u);
+  EXPECT_EQ(optimizer->groups()[0].name, "weights");
+  EXPECT_EQ(optimizer->groups()[1].name, "bias_and_norm");
+  LossSection ls;
+  auto loss = make_loss({ls, 10, c10::Device(c10::kCPU)});
+  GradScaler scaler;
+  TrainStepOptions o;
+  o.update_norm_every = 1;
+  TrainStep step(*model, *loss, *optimizer, scaler, params, o, c10::Device(c10::kCPU));
+  const at::Tensor x = at::randn({16, 1, 28, 28}), y = at::randint(0, 10, {16}, at::kLong);
+  auto group_norm = [&](size_t g, const std::vector<at::Tensor>* minus) {
+    double sum = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < g; ++i) k += optimizer->groups()[i].params.size();
+    for (const auto& p : optimizer->groups()[g].params) {
+      const at::Tensor t = minus ? p.tensor.detach() - (*minus)[k++] : p.tensor.detach();
+      sum += t.pow(2).sum().item<double>();
+    }
+    return std::sqrt(sum);
+  };
+  auto snapshot = [&] {
+    std::vector<at::Tensor> s;
+    for (const auto& g : optimizer->groups()) {
+      for (const auto& p : g.params) s.push_back(p.tensor.detach().clone());
+    }
+    return s;
+  };
+  step.before_update = [](const std::vector<std::string>&, const std::vector<at::Tensor>& grads) {
+    for (const auto& g : grads) g.zero_();
+  };
+  const double w0 = group_norm(0, nullptr);
+  step.run(x, y, 0, oo.lr, oo.beta1, false);
+  const at::Tensor zeroed = step.sums().group_norms.clone();
+  EXPECT_NEAR(zeroed[0].item<double>(), oo.lr * oo.weight_decay * w0, 1e-6 * w0);
+  EXPECT_GT(zeroed[0].item<double>(), 0.0);
+  EXPECT_EQ(zeroed[1].item<double>(), 0.0);
+  EXPECT_NEAR(zeroed[2].item<double>(), (1 - oo.lr * oo.weight_decay) * w0, 1e-5 * w0);
+
+  step.before_update = nullptr;
+  step.sums().zero();
+  const std::vector<at::Tensor> before = snapshot();
+  step.run(x, y, 1, oo.lr, oo.beta1, false);
+  const at::Tensor real = step.sums().group_norms.clone();
+  for (size_t g = 0; g < 2; ++g) {
+    const double update = group_norm(g, &before), weight = group_norm(g, nullptr);
+    EXPECT_GT(update, 0.0) << g;
+    EXPECT_NEAR(real[static_cast<int64_t>(g)].item<double>(), update, 1e-5 * update) << "group " << g;
+    EXPECT_NEAR(real[static_cast<int64_t>(2 + g)].item<double>(), weight, 1e-5 * weight) << "group " << g;
+  }
+
+  o.update_norm_every = 2;
+  TrainStep every_second(*model, *loss, *optimizer, scaler, params, o, c10::Device(c10::kCPU));
+  every_second.run(x, y, 0, oo.lr, oo.beta1, false);
+  EXPECT_EQ(every_second.sums().group_norms.abs().sum().item<double>(), 0.0);
+  every_second.run(x, y, 1, oo.lr, oo.beta1, false);
+  EXPECT_GT(every_second.sums().group_norms[0].item<double>(), 0.0);
 }
 
 }  // namespace

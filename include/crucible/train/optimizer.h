@@ -27,6 +27,7 @@ using NamedTensor = nn::NamedTensor;
 struct ParamGroup {
   std::vector<NamedTensor> params;
   double weight_decay = 0.0;
+  std::string name;  // in metrics (T4's update norms); parameter_groups: "weights", "bias_and_norm"
 };
 
 class Optimizer {

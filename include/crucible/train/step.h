@@ -85,6 +85,10 @@ struct IntervalSums {
   at::Tensor correct;           // correct top-1 (long)
   at::Tensor grad_norm_max;     // with clipping: the largest global gradient norm before clipping
   at::Tensor clipped_norm_max;  // … and after it (float)
+  // T4, [2 × groups] float: at the step TrainStepOptions::update_norm_every names, the L2 norm
+  // of the update the optimizer applied to each parameter group (weight decay included: a
+  // zero gradient still moves decayed weights), then each group's weight norm after it.
+  at::Tensor group_norms;
   static IntervalSums zeros(c10::Device device);
   void zero();
 };
@@ -103,6 +107,10 @@ struct TrainStepOptions {
   int64_t max_bad_steps = 3;   // non-finite steps in a row before exit 3
   bool split_on_oom = true;    // T16; false: an allocation failure propagates (tune batch)
   std::string checkpoint_dir;  // named when training diverges ("the last good checkpoint in …")
+  // T4: every this many steps (the log interval's last step: step + 1 a multiple), the
+  // update's norm per parameter group into IntervalSums::group_norms (the weights copied once
+  // before the update). 0: never.
+  int64_t update_norm_every = 0;
 };
 
 class TrainStep {
@@ -146,6 +154,7 @@ class TrainStep {
   void clip(const std::vector<at::Tensor>& grads);
   bool vote(const std::vector<at::Tensor>& grads, bool stop_requested, Result* result);
   void skip(int64_t step, const std::vector<at::Tensor>& grads, const Sums& saved);
+  void measure_update(const std::vector<at::Tensor>& before);
   void lap(obs::Phase phase);
 
   nn::Model& model_;
