@@ -38,6 +38,7 @@ InferenceJob open_inference_job(train::JobConfig config, const InferenceSource& 
   InferenceJob out;
   out.job = train::join_job(std::move(config));
   train::Job& job = *out.job;
+  job.inference = true;  // the test split alone
   std::string path = source.checkpoint;
   if (job.main_rank() && path.empty() && !newest_checkpoint(job.config, &path) && !source.config_weights) {
     throw bad_input("{}: {}; {}", source.command, no_checkpoint_reason(job.config), source.hint);

@@ -71,7 +71,7 @@ void assemble_threads(Job& job) {
 // Data: the pipelines (with the recipe's sample transforms), the loader threads (D10), and a
 // loader each for training (the recipe's sampler: X1) and evaluation (sequential shards, padded,
 // the padding dropped after the gather: X2).
-void assemble_data(Job& job) {
+void assemble_data(Job& job, const StoredChoices& stored) {
   const JobConfig& c = job.config;
   const uint64_t seed = static_cast<uint64_t>(c.run.seed);
   const auto t0 = Clock::now();
@@ -83,7 +83,7 @@ void assemble_data(Job& job) {
     if (const double ms = seam_ms(testing::kRank0OpenDelayEnv); ms > 0 && job.world.rank == 0) {
       std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(1000 * ms)));
     }
-    ds = make_data(c, derive_seed(seed, RngStream::kAugment));
+    ds = make_data(c, derive_seed(seed, RngStream::kAugment), job.inference);
   };
   distributed::rank0_then_all(job.comm.get(), "open the data", open);
   if (job.comm && job.comm->rank() != 0) open();
@@ -93,10 +93,24 @@ void assemble_data(Job& job) {
   }
   const data::ImageSpec spec = ds.train->output_spec();
   job.num_classes = ds.num_classes;
-  log_info("data: {} training and {} test samples of {} ({} classes{}), opened in {:.1f} s", ds.train->size(),
-           ds.test->size(), spec.to_string(), ds.num_classes, ds.train->target_width() > 0 ? ", multi-label" : "",
-           seconds_since(t0));
-  log_info("train pipeline: {}", ds.train->describe());
+  if (stored.num_classes) {
+    if (ds.num_classes > *stored.num_classes) {
+      throw bad_input("{}: the model was trained on {} classes but the data holds {} (labels up to {}); is this the "
+                      "run's data?",
+                      stored.input_source, *stored.num_classes, ds.num_classes, ds.num_classes - 1);
+    }
+    job.num_classes = *stored.num_classes;  // a test split may lack the last classes
+  }
+  if (job.inference) {
+    log_info("data: {} test samples of {} ({} classes{}), opened in {:.1f} s; the training split is not opened",
+             ds.test->size(), spec.to_string(), job.num_classes, ds.test->target_width() > 0 ? ", multi-label" : "",
+             seconds_since(t0));
+  } else {
+    log_info("data: {} training and {} test samples of {} ({} classes{}), opened in {:.1f} s", ds.train->size(),
+             ds.test->size(), spec.to_string(), ds.num_classes, ds.train->target_width() > 0 ? ", multi-label" : "",
+             seconds_since(t0));
+    log_info("train pipeline: {}", ds.train->describe());
+  }
   log_info("test pipeline: {}", ds.test->describe());
 
   job.loader_threads = static_cast<int>(c.data.threads);
@@ -423,12 +437,12 @@ std::unique_ptr<Job> join_job(JobConfig config) {
 
 void assemble_data_stages(Job& job) {
   assemble_threads(job);
-  assemble_data(job);
+  assemble_data(job, {});
 }
 
 void assemble_job(Job& job, const StoredChoices& stored, const std::string& checkpoint_dir) {
   assemble_threads(job);
-  assemble_data(job);
+  assemble_data(job, stored);
   assemble_model(job, stored);
   assemble_precision(job, stored);
   assemble_optimization(job);

@@ -102,9 +102,36 @@ DataSetup make_array_data(const JobConfig& job, uint64_t augment_seed) {
   return d;
 }
 
+// eval and predict: the test split alone, through the pipeline training evaluates with.
+DataSetup make_test_data(const JobConfig& job) {
+  DataSetup d;
+  const DataSection& c = job.data;
+  if (c.dataset == DataSection::Dataset::kIdx) {
+    std::shared_ptr<const data::Source> test =
+        data::load_idx_source(c.test_images, c.test_labels, c.test_samples, "data.test_samples");
+    d.num_classes = test->num_classes();
+    d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
+  } else if (c.dataset == DataSection::Dataset::kArrays) {
+    std::shared_ptr<const data::ArraySource> test =
+        data::load_array_source(c.test_images, c.test_labels, c.test_samples, "data.test_samples");
+    if (!test->features_mapped()) log_warn("data (D13): {}: {}", test->features_where(), test->features_note());
+    d.num_classes = test->num_classes();
+    d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
+  } else {
+    if (c.test_path.empty()) throw bad_input("data.dataset = \"images\" needs data.test_path (the samples to evaluate)");
+    std::shared_ptr<const data::SampleSource> test =
+        take_samples(data::open_samples(c.test_path), c.test_samples, "data.test_samples", c.test_path);
+    d.num_classes = static_cast<int64_t>(test->classes().size());
+    d.test = image_pipeline(test, job, 0, false);
+  }
+  d.train = d.test;
+  return d;
+}
+
 }  // namespace
 
-DataSetup make_data(const JobConfig& job, uint64_t augment_seed) {
+DataSetup make_data(const JobConfig& job, uint64_t augment_seed, bool test_only) {
+  if (test_only) return make_test_data(job);
   DataSetup d;
   if (job.data.dataset == DataSection::Dataset::kIdx) {
     std::shared_ptr<const data::Source> train = data::load_idx_source(job.data.train_images, job.data.train_labels,

@@ -31,6 +31,7 @@ void Job::sync_bn_buffers() {
 StoredChoices StoredChoices::of(const CheckpointData& ckpt, const std::string& path) {
   StoredChoices s;
   s.from_checkpoint = true;
+  s.input_source = path;
   auto p = ckpt.meta.find("precision");
   auto f = ckpt.meta.find("memory_format");
   if (p != ckpt.meta.end() && f != ckpt.meta.end()) s.precision = Precision::from_fields(p->second, f->second, path);
@@ -38,6 +39,7 @@ StoredChoices StoredChoices::of(const CheckpointData& ckpt, const std::string& p
     s.input = nn::InputSpec::from_json(in->second, path);
     s.input_source = path;
   }
+  if (ckpt.meta.count("num_classes") != 0) s.num_classes = ckpt.meta_int("num_classes", path);
   return s;
 }
 

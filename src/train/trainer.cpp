@@ -355,6 +355,7 @@ void Trainer::Impl::checkpoint_fields(CheckpointIO& io) {
   io.note("precision", j.precision.value.dtype_name());
   io.note("memory_format", j.precision.value.memory_format_name());
   io.note("model_input", j.model_input.to_json());  // law 3 (read before assembly: StoredChoices)
+  io.note("num_classes", std::to_string(j.num_classes));  // predict needs no training data
   if (io.reading()) {
     j.scaler.restore(*io.input(), io.path());  // T1
   } else {

@@ -6,6 +6,8 @@
 // options, and assert on the exit code, the log or summary.json.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
@@ -85,6 +87,64 @@ TEST(ArraysCli, FashionMnistAsNpyNpzSafetensorsTrainsLikeIdx) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(params_sha(d, "npz"), want);
   EXPECT_EQ(r.err.find("D13"), std::string::npos) << r.err;  // nothing was copied into RAM
+}
+
+// predict and eval need only the test data: with data.train_* naming files that do not exist
+// they run on the test arrays alone. The test arrays here lack class 9, so the class count
+// comes from the checkpoint (10: --top 10 lists all ten), not from the data (9). The file
+// predict writes is the one it writes when the training arrays are given too.
+TEST(ArraysCli, PredictAndEvalNeedOnlyTheTestArrays) {
+  test::TempDir d;
+  test::run_python("import gzip, numpy as np\n"
+                   "r = '" + kFm + "'; d = '" + d.path() + "/'\n"
+                   "def idx(name, offset, shape):\n"
+                   "    return np.frombuffer(gzip.open(r + name).read()[offset:], np.uint8).reshape(shape)\n"
+                   "x = idx('train-images-idx3-ubyte.gz', 16, (-1, 28, 28))[:2000]\n"
+                   "y = idx('train-labels-idx1-ubyte.gz', 8, (-1,)).astype(np.int64)[:2000]\n"
+                   "tx = idx('t10k-images-idx3-ubyte.gz', 16, (-1, 28, 28))\n"
+                   "ty = idx('t10k-labels-idx1-ubyte.gz', 8, (-1,)).astype(np.int64)\n"
+                   "keep = np.flatnonzero(ty != 9)[:300]\n"
+                   "np.save(d + 'train_x.npy', x); np.save(d + 'train_y.npy', y)\n"
+                   "np.save(d + 'test_x.npy', tx[:500]); np.save(d + 'test_y.npy', ty[:500])\n"
+                   "np.save(d + 'no9_x.npy', tx[keep]); np.save(d + 'no9_y.npy', ty[keep])\n");
+  auto r = test::run_command(small_arrays_run(d, "t", {"--set", "data.dataset=arrays",
+                                                       "--set", "data.train_images=" + (d / "train_x.npy"),
+                                                       "--set", "data.train_labels=" + (d / "train_y.npy"),
+                                                       "--set", "data.test_images=" + (d / "test_x.npy"),
+                                                       "--set", "data.test_labels=" + (d / "test_y.npy")}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto job = [&](const std::string& sub, const std::string& train_x, const std::string& train_y) {
+    return std::vector<std::string>{test::crucible_binary(), sub, "--set", "run.dir=" + d.path(), "--set", "run.name=t",
+                                    "--set", "data.dataset=arrays", "--set", "data.train_images=" + train_x,
+                                    "--set", "data.train_labels=" + train_y, "--set", "data.test_samples=0",
+                                    "--set", "data.test_images=" + (d / "no9_x.npy"),
+                                    "--set", "data.test_labels=" + (d / "no9_y.npy")};
+  };
+  auto predict = job("predict", d / "missing/train_x.npy", d / "missing/train_y.npy");
+  predict.insert(predict.end(), {"--top", "10", "--out", d / "alone.jsonl"});
+  r = test::run_command(predict);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  expect_contains(r.out, "the training split is not opened");
+  std::istringstream lines(test::read_text(d / "alone.jsonl"));
+  int64_t records = 0, hits = 0;
+  for (std::string line; std::getline(lines, line); ++records) {
+    const json j = json::parse(line);
+    EXPECT_NE(j["label"], 9);
+    hits += j["top"][0] == j["label"];
+    EXPECT_EQ(j["top"].size(), 10u) << line;  // the model's ten classes, class 9 among them
+  }
+  EXPECT_EQ(records, 300);
+  predict = job("predict", d / "train_x.npy", d / "train_y.npy");
+  predict.insert(predict.end(), {"--top", "10", "--out", d / "with_train.jsonl"});
+  r = test::run_command(predict);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(test::read_text(d / "with_train.jsonl"), test::read_text(d / "alone.jsonl"));
+  auto eval = job("eval", d / "missing/train_x.npy", d / "missing/train_y.npy");
+  eval.push_back("--json");
+  r = test::run_command(eval);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_DOUBLE_EQ(json::parse(r.out.substr(r.out.rfind('{')))["test_acc"].get<double>(),
+                   static_cast<double>(hits) / 300);
 }
 
 TEST(ArraysCli, FloatFeaturesTrainAndUnnormalisedOnesAreFlaggedD4) {

@@ -27,7 +27,9 @@ struct DataSetup {
 // and array files and N evenly spaced samples of an image source (every class in proportion);
 // an N larger than the data holds is bad_input naming the key and both numbers. Training and
 // test samples of another shape or type are bad_input naming both files.
-DataSetup make_data(const JobConfig& job, uint64_t augment_seed);
+// `test_only` (eval, predict): the training keys are not read; `train` is the test pipeline and
+// num_classes the test data's.
+DataSetup make_data(const JobConfig& job, uint64_t augment_seed, bool test_only = false);
 
 // The training pipeline over `path` for `crucible bench loader`: a folder holding
 // train-images-idx3-ubyte(.gz) + train-labels-idx1-ubyte(.gz) is IDX; anything else goes to

@@ -51,6 +51,7 @@ struct StoredChoices {
   std::optional<nn::InputSpec> input;
   std::string input_source;      // the checkpoint's path, for messages
   bool from_checkpoint = false;  // weights come from a checkpoint: no model.init
+  std::optional<int64_t> num_classes;  // the classes the model was trained on (absent before issue 28)
   // From checkpoint `ckpt` read from `path` (bad_input for malformed fields).
   static StoredChoices of(const CheckpointData& ckpt, const std::string& path);
 };
@@ -69,6 +70,9 @@ struct Job {
   c10::Device device{c10::kCPU};
   std::string determinism_env;  // what set_deterministic did to the environment (for the log)
   bool main_rank() const { return world.rank == 0; }
+  // eval and predict: only the test split is opened (data.train_* need not exist), and the
+  // model's classes are the checkpoint's when it records them.
+  bool inference = false;
 
   // Data.
   std::unique_ptr<data::Loader> train_loader, test_loader;
