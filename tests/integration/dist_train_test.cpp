@@ -3,12 +3,18 @@
 // evaluation on 3 ranks equals a single process exactly (X2, X5), and a rank killed in
 // mid-epoch stops the launch naming it, after which a rerun resumes (X10, law 5).
 // The default job on 2 ranks against 1 (label slow) is in TrainCliSlow.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -261,6 +267,53 @@ TEST(DistTrain, RankZeroIndexesSharedTarShardsAndTheOthersReadThemX8) {
   ::unsetenv("CRUCIBLE_TEST_STEP_TRACE");
   ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
   expect_contains(test::read_text(d / "trace.rank0.data"), "offset indexes: 2 read from .idx, 0 built");
+}
+
+// A TCP port nothing listens on now (bound to port 0, then released).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// SLURM: two processes started as srun starts them — only SLURM_* variables, no launcher, no
+// torchrun variables — find each other through the first host of the node list and train as
+// `crucible launch --nproc 2` does: the same params_sha256.
+TEST(DistTrain, SlurmTasksTrainAsTheLauncherDoes) {
+  test::TempDir d;
+  const std::initializer_list<std::string> job = {"--set", "train.max_steps=12", "--set", "data.train_samples=2048",
+                                                  "--set", "data.test_samples=100", "--set", "train.batch_size=64"};
+  const auto launch = test::run_command(launched(2, train_cmd(d, "launch", job)));
+  ASSERT_EQ(launch.exit_code, 0) << launch.out << launch.err;
+  const std::map<std::string, std::string> slurm = {
+      {"SLURM_JOB_ID", "4242"},         {"SLURM_STEP_ID", "0"},           {"SLURM_NTASKS", "2"},
+      {"SLURM_STEP_NUM_TASKS", "2"},    {"SLURM_NODEID", "0"},            {"SLURM_NNODES", "1"},
+      {"SLURM_STEP_TASKS_PER_NODE", "2"}, {"SLURM_STEP_NODELIST", "localhost"},
+      {"MASTER_PORT", std::to_string(free_port())}};
+  for (const auto& [k, v] : slurm) ::setenv(k.c_str(), v.c_str(), 1);
+  std::vector<std::unique_ptr<test::Child>> tasks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ::setenv("SLURM_PROCID", std::to_string(rank).c_str(), 1);
+    ::setenv("SLURM_LOCALID", std::to_string(rank).c_str(), 1);
+    fs::create_directories(d / ("task" + std::to_string(rank)));
+    tasks.push_back(std::make_unique<test::Child>(train_cmd(d, "slurm", job), d / ("task" + std::to_string(rank))));
+  }
+  for (const auto& [k, v] : slurm) ::unsetenv(k.c_str());
+  ::unsetenv("SLURM_PROCID");
+  ::unsetenv("SLURM_LOCALID");
+  for (auto& t : tasks) EXPECT_EQ(t->wait(), 0) << t->out() << t->err();
+  expect_contains(tasks[0]->out(), "data parallel: 2 processes");
+  auto sha = [&](const std::string& name) {
+    return json::parse(test::read_text(d.path() + "/" + name + "/summary.json"))["params_sha256"].get<std::string>();
+  };
+  EXPECT_EQ(sha("slurm"), sha("launch"));
+  EXPECT_EQ(json::parse(test::read_text(d.path() + "/slurm/summary.json"))["world_size"], 2);
 }
 
 // M4: multi-scale training on 2 ranks runs each step at the size drawn from (seed, step) —
