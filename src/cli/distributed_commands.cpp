@@ -25,6 +25,11 @@ CLI::App* add_launch(CLI::App& app, distributed::LaunchOptions& o) {
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--grace", o.grace_seconds, "seconds between SIGTERM and SIGKILL when stopping the ranks")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-restarts", o.max_restarts,
+                  "when a rank fails, stop the group and start it again, up to N times (torchrun's meaning; crucible "
+                  "train resumes bit-exact from its newest checkpoint); not for exit codes 2 and 3 or a failure at "
+                  "the step of the previous one")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("command", o.command, "the program and its arguments, after `--` (\"crucible\": this program)")
       ->required();
   cmd->footer("\nExample: crucible launch --nproc 2 -- crucible train configs/fashion_mnist.toml");

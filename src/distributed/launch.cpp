@@ -17,10 +17,12 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
@@ -93,6 +95,7 @@ void validate(const LaunchOptions& o) {
   if (o.command.empty() || o.command[0].empty()) {
     throw bad_input("launch: no command to run: give it after `--`, e.g. crucible launch --nproc 2 -- crucible train");
   }
+  if (o.max_restarts < 0) throw bad_input("launch: --max-restarts must be >= 0, found {}", o.max_restarts);
   if (!(o.grace_seconds >= 0 && o.grace_seconds <= 86400)) {
     throw bad_input("launch: grace period must be in [0, 86400] s, found {}", o.grace_seconds);
   }
@@ -117,7 +120,8 @@ bool is_set_by_launcher(const char* entry, const std::vector<std::pair<std::stri
 }
 
 // The parent's environment with torchrun's variables for one rank on top.
-std::vector<std::string> rank_environment(const LaunchOptions& o, int local, int port, const std::string& run_id) {
+std::vector<std::string> rank_environment(const LaunchOptions& o, int local, int port, const std::string& run_id,
+                                          int restart, const std::string& causes, const std::string& progress_dir) {
   const int rank = o.node_rank * o.nproc + local, world = o.nnodes * o.nproc;
   const std::vector<std::pair<std::string, std::string>> vars = {
       {"RANK", std::to_string(rank)},
@@ -131,9 +135,11 @@ std::vector<std::string> rank_environment(const LaunchOptions& o, int local, int
       {"ROLE_WORLD_SIZE", std::to_string(world)},
       {"MASTER_ADDR", o.master_addr},
       {"MASTER_PORT", std::to_string(port)},
-      {"TORCHELASTIC_RESTART_COUNT", "0"},
-      {"TORCHELASTIC_MAX_RESTARTS", "0"},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
       {"TORCHELASTIC_RUN_ID", run_id},
+      {kRestartCausesEnv, causes},
+      {kProgressDirEnv, progress_dir},
   };
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -191,13 +197,32 @@ int free_port() {
   return ntohs(addr.sin_port);
 }
 
-int launch(const LaunchOptions& o) {
-  validate(o);
-  const int port = o.master_port != 0 ? o.master_port : o.nnodes == 1 ? free_port() : 29500;
-  const int world = o.nnodes * o.nproc;
-  const std::string run_id = fmt::format(
-      "crucible-{}-{}", ::getpid(), std::chrono::system_clock::now().time_since_epoch().count());
+namespace {
 
+// The last step a rank wrote to its progress file (kProgressDirEnv), or -1.
+int64_t last_step(const std::string& progress_dir, int rank) {
+  const int fd = ::open(fmt::format("{}/rank{}", progress_dir, rank).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int64_t step = -1;
+  if (::pread(fd, &step, sizeof step, 0) != static_cast<ssize_t>(sizeof step)) step = -1;
+  ::close(fd);
+  return step;
+}
+
+// How one start of the group ended.
+struct GroupEnd {
+  int code = 0;            // what launch returns for it: the first failing rank's exit code
+  bool signalled = false;  // the launcher itself was asked to stop: never restarted
+  int rank = -1;           // the first rank that failed, -1 when none did
+  std::string what;        // how it ended, in words
+  int64_t step = -1;       // the training step it was at (its progress file), -1 unknown
+};
+
+// Starts this node's ranks once and waits for all of them (see launch()).
+GroupEnd run_group(const LaunchOptions& o, int port, const std::string& run_id, int restart,
+                   const std::string& causes, const std::string& progress_dir, const SignalBlock& signals) {
+  const int world = o.nnodes * o.nproc;
+  GroupEnd end;
   // Everything the children need is built before the first fork: between fork and exec a
   // child may only make async-signal-safe calls (another thread may hold the malloc lock).
   const std::string program = resolve_program(o.command[0]);
@@ -205,10 +230,15 @@ int launch(const LaunchOptions& o) {
   std::vector<char*> argv = pointers(args);
   std::vector<std::vector<std::string>> envs;
   std::vector<std::vector<char*>> envps;
-  for (int local = 0; local < o.nproc; ++local) envs.push_back(rank_environment(o, local, port, run_id));
+  for (int local = 0; local < o.nproc; ++local) {
+    envs.push_back(rank_environment(o, local, port, run_id, restart, causes, progress_dir));
+  }
   for (auto& e : envs) envps.push_back(pointers(e));
 
-  SignalBlock signals;  // before the forks: a Ctrl-C during start-up waits for the loop below
+  // A rank that fails before it writes its progress must not be placed at its predecessor's step.
+  for (int local = 0; local < o.nproc; ++local) {
+    ::unlink(fmt::format("{}/rank{}", progress_dir, o.node_rank * o.nproc + local).c_str());
+  }
   const pid_t launcher = ::getpid();
   std::vector<Proc> procs;
   int result = 0;        // the exit code to return: the first failing rank's
@@ -310,7 +340,11 @@ int launch(const LaunchOptions& o) {
         if (result == 0) result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
         continue;
       }
-      log_error("launch: rank {} (pid {}) {}{}", p.rank, p.pid, describe_status(status),
+      end.rank = p.rank;
+      end.what = describe_status(status);
+      end.step = last_step(progress_dir, p.rank);
+      log_error("launch: rank {} (pid {}) {}{}{}", p.rank, p.pid, end.what,
+                end.step >= 0 ? fmt::format(" at step {}", end.step) : "",
                 any_running() ? "; stopping the other ranks" : "");
       result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
       stop_others();
@@ -338,6 +372,7 @@ int launch(const LaunchOptions& o) {
       // The launcher's own stop request: every rank gets it once (they are not in the
       // terminal's process group), and the grace period starts.
       log_warn("launch: got {}; passing it to every rank", signal_name(sig));
+      end.signalled = true;
       signal_ranks(procs, sig);
       if (!stopping) {
         stopping = true;
@@ -349,7 +384,69 @@ int launch(const LaunchOptions& o) {
     // Whatever a stopped rank left behind in its process group (a shell's background job) goes too.
     for (const auto& p : procs) ::kill(-p.pid, SIGKILL);
   }
-  return result;
+  end.code = result;
+  if (result != 0 && end.rank < 0) end.what = "could not be started";
+  return end;
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& o) {
+  validate(o);
+  const std::string run_id = fmt::format(
+      "crucible-{}-{}", ::getpid(), std::chrono::system_clock::now().time_since_epoch().count());
+  // Each rank writes the step it is at into <progress>/rank<R> (crucible train does; another
+  // program need not), so a failure can be placed and a repeat at the same step recognised.
+  std::string progress = fmt::format("{}/crucible-launch-XXXXXX", std::filesystem::temp_directory_path().string());
+  if (::mkdtemp(progress.data()) == nullptr) {
+    throw runtime_error("launch: cannot create a folder under {}: {}", std::filesystem::temp_directory_path().string(),
+                        errno_text(errno));
+  }
+  struct RemoveAfter {
+    std::string path;
+    ~RemoveAfter() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } remove_progress{progress};
+
+  SignalBlock signals;  // before the forks: a Ctrl-C during start-up waits for the group's loop
+  nlohmann::json causes = nlohmann::json::array();
+  int64_t previous_step = -1;
+  for (int restart = 0;; ++restart) {
+    // One machine: a fresh port per start (the last one's store may still hold it); several:
+    // every node's launcher must agree on it, so it stays.
+    const int port = o.master_port != 0 ? o.master_port : o.nnodes == 1 ? free_port() : 29500;
+    const GroupEnd end = run_group(o, port, run_id, restart, causes.dump(), progress, signals);
+    if (end.code == 0 || end.signalled || o.max_restarts == 0 || end.rank < 0) return end.code;
+    const std::string failure = end.rank >= 0 ? fmt::format("rank {} {}{}", end.rank, end.what,
+                                                            end.step >= 0 ? fmt::format(" at step {}", end.step) : "")
+                                              : end.what;
+    if (restart >= o.max_restarts) {
+      log_error("launch: not restarting: all {} restart(s) of --max-restarts are used; the last failure: {}",
+                o.max_restarts, failure);
+      return end.code;
+    }
+    if (end.code == 2 || end.code == 3) {
+      log_error("launch: not restarting: {}, {} which a restart would only repeat", failure,
+                end.code == 2 ? "bad input or usage (exit code 2)," : "training diverged (exit code 3),");
+      return end.code;
+    }
+    if (end.step >= 0 && end.step == previous_step) {
+      log_error("launch: not restarting: {}, where the last failure happened too (a failure that repeats at the same "
+                "step is not a fault a restart fixes)",
+                failure);
+      return end.code;
+    }
+    previous_step = end.step;
+    causes.push_back({{"restart", restart + 1},
+                      {"rank", end.rank},
+                      {"cause", end.what},
+                      {"step", end.step >= 0 ? nlohmann::json(end.step) : nlohmann::json(nullptr)}});
+    log_warn("launch: restart {} of {} after {}: every rank starts again and resumes from the newest checkpoint that "
+             "verifies",
+             restart + 1, o.max_restarts, failure);
+  }
 }
 
 }  // namespace crucible::distributed

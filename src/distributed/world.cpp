@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "crucible/core/error.h"
+#include "crucible/distributed/launch.h"
 
 namespace crucible::distributed {
 namespace {
@@ -195,6 +196,8 @@ World world_from_env(const std::function<const char*(const char*)>& getenv) {
   w.master_addr = getenv("MASTER_ADDR");
   w.master_port = int_var(getenv, "MASTER_PORT", 29500, 1);
   if (w.master_port > 65535) throw bad_input("MASTER_PORT={}: expected a port 1–65535", w.master_port);
+  w.restarts = int_var(getenv, "TORCHELASTIC_RESTART_COUNT", 0, 0);
+  if (const char* causes = getenv(kRestartCausesEnv); causes != nullptr) w.restart_causes = causes;
   return w;
 }
 

@@ -173,6 +173,13 @@ TrainSummary train_summary(Job& job, const RunState& st, const SessionRecord& se
   return s;
 }
 
+// crucible launch's list of why it restarted the group ([] when it did not, or under torchrun).
+json restart_causes(const std::string& text) {
+  if (text.empty()) return json::array();
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? json(text) : j;
+}
+
 json summary_json(Job& job, const RunState& st, SessionRecord& session, const TrainSummary& s,
                   const EvalFigures& eval_figures) {
   json timed = json::array();
@@ -227,6 +234,8 @@ json summary_json(Job& job, const RunState& st, SessionRecord& session, const Tr
             {"matmul_precision", compat::matmul_precision()},  // T5, read back from torch
             {"cudnn_benchmark", compat::cudnn_benchmark()},    // T9, read back from torch
             {"world_size", job.world.size},
+            {"restarts", job.world.restarts},  // crucible launch / torchrun --max-restarts
+            {"restart_causes", restart_causes(job.world.restart_causes)},
             {"seed", job.config.run.seed},
             {"model", job.config.model.name},
             {"loss", job.config.loss.name},

@@ -4,6 +4,9 @@
 // else a recipe adds is a batch transform or a step observer.
 #include "crucible/train/trainer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -26,6 +29,7 @@
 #include "crucible/data/loader.h"
 #include "crucible/distributed/comm.h"
 #include "crucible/distributed/grad_sync.h"
+#include "crucible/distributed/launch.h"
 #include "crucible/io/safetensors.h"
 #include "crucible/io/tensor.h"
 #include "crucible/nn/model.h"
@@ -117,6 +121,12 @@ struct Trainer::Impl {
   double interval_loader_busy = 0;
   EvalFigures last_eval_figures;  // the step observers' figures of the last evaluation
   std::unique_ptr<FILE, int (*)(FILE*)> step_trace{nullptr, &std::fclose};  // test seam (M4)
+  // crucible launch's progress file for this rank (kProgressDirEnv): the step it is at, so a
+  // failure can be placed and a repeat at the same step recognised. -1: not under crucible launch.
+  int progress_fd = -1;
+  ~Impl() {
+    if (progress_fd >= 0) ::close(progress_fd);
+  }
 
   Impl(JobConfig c, TrainFlags f) : config(std::move(c)), flags(std::move(f)) {}
   bool main_rank() const { return job->main_rank(); }
@@ -161,6 +171,15 @@ std::optional<CheckpointData> Trainer::Impl::open_run(std::string* ckpt_path) {
   job->step->before_forward = [this](int64_t samples) {
     if (g_oom_step.load() == st.step && samples > g_oom_max.load()) throw SimulatedOom();
   };
+  if (const char* dir = std::getenv(distributed::kProgressDirEnv); dir != nullptr && *dir != '\0') {
+    const std::string path = fmt::format("{}/rank{}", dir, job->world.rank);
+    progress_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (progress_fd < 0) log_warn("{}: cannot open {}: {}", distributed::kProgressDirEnv, path, errno_text(errno));
+  }
+  if (job->world.restarts > 0) {
+    log_warn("launch restart {} of this run (TORCHELASTIC_RESTART_COUNT){}", job->world.restarts,
+             job->world.restart_causes.empty() ? "" : "; causes so far: " + job->world.restart_causes);
+  }
   if (const char* trace = std::getenv(testing::kStepTraceEnv); trace != nullptr && *trace != '\0') {
     const std::string path = fmt::format("{}.rank{}", trace, job->world.rank);
     step_trace.reset(std::fopen(path.c_str(), "a"));
@@ -290,6 +309,13 @@ void Trainer::Impl::run_epochs(obs::MetricSinks& sinks, int64_t stop_step) {
 // the step observers.
 void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& sp, obs::MetricSinks& sinks,
                                bool* stop) {
+  if (progress_fd >= 0) {
+    const int64_t step = st.step;
+    if (::pwrite(progress_fd, &step, sizeof step, 0) != static_cast<ssize_t>(sizeof step)) {  // a hint only
+      ::close(progress_fd);
+      progress_fd = -1;
+    }
+  }
   DeviceBatch b{job->input->images(batch), job->input->labels(batch), st.step, job->world.rank, batch.epoch,
                 batch.sample_ids, batch.copies};
   apply_batch_transforms(job->batch_transforms, b);

@@ -135,6 +135,54 @@ TEST(DistCli, LaunchReturnsAndNamesTheFailingRankX10) {
   expect_contains(r.err, "command not found");
 }
 
+// --max-restarts, the launcher's rules with a shell for ranks (the training case is
+// DistTrain.MaxRestartsSurviveTwoKilledRanksBitExact):
+// - a group whose rank 1 fails on its first two starts and succeeds on the third finishes, 0,
+//   and the restarted ranks see torchrun's TORCHELASTIC_RESTART_COUNT and the causes so far;
+// - restarts used up: the last failure's code, naming it;
+// - exit code 2 (bad input) is not restarted;
+// - a failure at the step of the previous one (from the rank's progress file) is not restarted.
+TEST(DistCli, MaxRestartsRestartsTheGroupUntilItSucceedsOrRepeats) {
+  test::TempDir d;
+  const std::string dir = "'" + d.path() + "'";
+  auto restarts = [](int n, const std::string& script) {
+    return std::vector<std::string>{test::crucible_binary(), "launch", "--nproc", "2", "--max-restarts",
+                                    std::to_string(n), "--grace", "1", "--", "sh", "-c", script};
+  };
+  auto count = [](const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  auto r = test::run_command(restarts(
+      3, "echo \"$TORCHELASTIC_RESTART_COUNT $CRUCIBLE_LAUNCH_RESTART_CAUSES\" > " + dir + "/seen.$RANK; "
+         "if [ \"$RANK\" = 1 ] && [ \"$TORCHELASTIC_RESTART_COUNT\" -lt 2 ]; then exit 5; fi; exit 0"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count(r.err, "launch: restart "), 2u) << r.err;
+  expect_contains(r.err, "launch: restart 2 of 3 after rank 1 exited with code 5");
+  const std::string seen = test::read_text(d / "seen.0");
+  expect_contains(seen, "2 [{\"cause\":\"exited with code 5\",\"rank\":1,\"restart\":1,\"step\":null},");
+
+  r = test::run_command(restarts(2, "if [ \"$RANK\" = 1 ]; then exit 6; fi; sleep 30"));
+  EXPECT_EQ(r.exit_code, 6);
+  EXPECT_EQ(count(r.err, "launch: restart "), 2u) << r.err;
+  expect_contains(r.err, "not restarting: all 2 restart(s) of --max-restarts are used; the last failure: rank 1 "
+                         "exited with code 6");
+
+  r = test::run_command(restarts(3, "if [ \"$RANK\" = 0 ]; then exit 2; fi; sleep 30"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count(r.err, "launch: restart "), 0u) << r.err;
+  expect_contains(r.err, "bad input or usage (exit code 2)");
+
+  // Rank 1 writes step 5 (8 bytes, little-endian int64) to its progress file, then fails.
+  r = test::run_command(restarts(
+      3, "if [ \"$RANK\" = 1 ]; then printf '\\005\\000\\000\\000\\000\\000\\000\\000' > "
+         "\"$CRUCIBLE_LAUNCH_PROGRESS_DIR/rank1\"; exit 4; fi; sleep 30"));
+  EXPECT_EQ(r.exit_code, 4);
+  EXPECT_EQ(count(r.err, "launch: restart "), 1u) << r.err;
+  expect_contains(r.err, "rank 1 exited with code 4 at step 5, where the last failure happened too");
+}
+
 TEST(DistCli, SigtermToTheLauncherReachesEveryRankX10) {
   test::TempDir d;
   const std::string dir = "'" + d.path() + "'";

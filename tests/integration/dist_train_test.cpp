@@ -188,6 +188,57 @@ TEST(DistTrain, KilledRankStopsTheLaunchNamingItAndARerunResumesX10) {
   EXPECT_GT(summary["test_acc"].get<double>(), 0.6);
 }
 
+// --max-restarts: rank 1 is SIGKILLed twice in mid-epoch (after the checkpoints of steps 16 and
+// 40); the launcher restarts the group each time, the ranks resume from the newest checkpoint,
+// and the run ends with the uninterrupted run's params_sha256, its summary counting the two
+// restarts and their causes.
+TEST(DistTrain, MaxRestartsSurviveTwoKilledRanksBitExact) {
+  test::TempDir d;
+  const std::initializer_list<std::string> job = {
+      "--set", "data.train_samples=4096", "--set", "data.test_samples=200", "--set", "train.epochs=2",
+      "--set", "train.batch_size=64", "--set", "checkpoint.every_steps=8", "--set", "log.every_steps=8"};
+  const auto clean = test::run_command(launched(2, train_cmd(d, "clean", job)));
+  ASSERT_EQ(clean.exit_code, 0) << clean.out << clean.err;
+  std::vector<std::string> cmd = {test::crucible_binary(), "launch", "--nproc", "2", "--max-restarts", "3", "--"};
+  const auto train = train_cmd(d, "r", job);
+  cmd.insert(cmd.end(), train.begin(), train.end());
+  test::Child launch(cmd, d.path());
+  const std::regex pid_re("rank 1 pid (\\d+)");
+  // Rank 1's pid in the launcher's n-th start (n = 1, 2, …), once `checkpoint` exists.
+  auto rank1_pid = [&](size_t n, const std::string& checkpoint) {
+    const auto t0 = Clock::now();
+    while (Clock::now() - t0 < std::chrono::seconds(120) && launch.running()) {
+      const std::string out = launch.out();
+      std::vector<int> pids;
+      for (std::sregex_iterator it(out.begin(), out.end(), pid_re), end; it != end; ++it) pids.push_back(std::stoi((*it)[1]));
+      if (pids.size() >= n && fs::exists(d.path() + "/r/checkpoints/" + checkpoint)) return pids[n - 1];
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  };
+  int pid = rank1_pid(1, "ckpt-000000016.safetensors");
+  ASSERT_GT(pid, 0) << launch.out() << launch.err();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  pid = rank1_pid(2, "ckpt-000000040.safetensors");
+  ASSERT_GT(pid, 0) << launch.out() << launch.err();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_EQ(launch.wait(), 0) << launch.out() << launch.err();
+  const json s = json::parse(test::read_text(d.path() + "/r/summary.json"));
+  const json c = json::parse(test::read_text(d.path() + "/clean/summary.json"));
+  EXPECT_EQ(s["params_sha256"], c["params_sha256"]);
+  EXPECT_EQ(s["steps"], c["steps"]);
+  EXPECT_EQ(s["restarts"], 2);
+  ASSERT_EQ(s["restart_causes"].size(), 2u) << s["restart_causes"];
+  for (const auto& cause : s["restart_causes"]) {
+    EXPECT_EQ(cause["rank"], 1);
+    EXPECT_EQ(cause["cause"], "was killed by signal 9 (SIGKILL)");
+    EXPECT_GE(cause["step"].get<int64_t>(), 16);
+  }
+  EXPECT_GT(s["restart_causes"][1]["step"].get<int64_t>(), s["restart_causes"][0]["step"].get<int64_t>());
+  EXPECT_EQ(c["restarts"], 0);
+  expect_contains(launch.err(), "launch: restart 2 of 3 after rank 1 was killed by signal 9 (SIGKILL) at step ");
+}
+
 // Bucketing is a schedule, not a result: one bucket or several (launched while backward runs)
 // give bit-identical weights, and so does a second run (law 1 under data parallel).
 TEST(DistTrain, BucketSizeChangesNothingInTheResult) {

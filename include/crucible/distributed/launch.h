@@ -20,11 +20,24 @@ struct LaunchOptions {
   int master_port = 0;               // 0: a free port on this machine when nnodes == 1, else 29500
   std::vector<std::string> command;  // argv; "crucible" as argv[0] means this program (/proc/self/exe)
   double grace_seconds = 10;         // SIGTERM, then SIGKILL after this
+  // torchrun's --max-restarts: when a rank fails, every rank of the group is stopped and the
+  // group started again, up to this many times (crucible train resumes from its newest
+  // checkpoint that verifies, bit-exact). Not restarted: the launcher's own stop signals, exit
+  // code 2 (bad input) or 3 (diverged), and a failure at the step where the previous one was.
+  int max_restarts = 0;
 };
+
+// What a restarted group's ranks find in their environment besides torchrun's
+// TORCHELASTIC_RESTART_COUNT: the causes of the restarts so far, a JSON list of {"restart",
+// "rank", "cause", "step"} (crucible train puts it in summary.json); and a folder where rank R
+// may keep the step it is at as 8 bytes (int64, host order) in "rank<R>" for the launcher.
+constexpr const char* kRestartCausesEnv = "CRUCIBLE_LAUNCH_RESTART_CAUSES";
+constexpr const char* kProgressDirEnv = "CRUCIBLE_LAUNCH_PROGRESS_DIR";
 
 // Starts nproc processes with the variables torchrun sets and returns the exit code crucible
 // launch should exit with: 0 when every rank exits 0, else the exit code of the first rank
-// that failed (1 when it died by a signal; 127/126 when the command could not be started).
+// that failed (1 when it died by a signal; 127/126 when the command could not be started) in
+// the last start of the group (max_restarts).
 // Each child runs in its own process group, so a terminal's Ctrl-C reaches only the launcher,
 // which passes SIGINT/SIGTERM/SIGHUP on to every rank once. Call it from the main thread
 // (while it runs those signals are blocked and taken with sigtimedwait). Throws bad_input for

@@ -24,6 +24,8 @@ struct World {
 
   bool launched = false;     // started by a launcher (WORLD_SIZE set, even to 1): join a process group
   std::string launcher;      // "torchrun" (its variables: torchrun, crucible launch) or "slurm"; "" when not launched
+  int restarts = 0;          // TORCHELASTIC_RESTART_COUNT: how often the launcher has restarted the group
+  std::string restart_causes;  // crucible launch's JSON list of why (kRestartCausesEnv), "" when not given
   bool distributed() const { return size > 1; }
   bool is_main() const { return rank == 0; }
   // "rank 1 of 4 (local 1 of 2 on node 0), rendezvous 10.0.0.1:29500"
