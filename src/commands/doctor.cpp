@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -16,7 +18,11 @@
 #include "crucible/core/rng.h"
 #include "crucible/core/thread_pool.h"
 #include "crucible/data/loader.h"
+#include "crucible/nn/model.h"
+#include "crucible/nn/model_options.h"
 #include "crucible/train/data_setup.h"
+#include "crucible/train/optimizer.h"
+#include "crucible/train/step.h"
 
 namespace crucible::commands {
 
@@ -24,6 +30,7 @@ using namespace crucible::train;
 
 namespace {
 
+namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using Status = DoctorCheck::Status;
 
@@ -138,6 +145,19 @@ DoctorReport run_doctor(const JobConfig& job, int local_ranks) {
                                  : cores;
   report.checks.push_back(check_open_files(*ds.train, loader_threads, chosen));
   check_data(job, *ds.train, open_seconds, report);
+  // The disk: checkpoints of this model and optimizer against the space free under run.dir.
+  const data::ImageSpec spec = ds.train->output_spec();
+  std::unique_ptr<nn::Model> model = nn::make_model(job.model, spec.channels, spec.height, spec.width, ds.num_classes);
+  const std::unique_ptr<Optimizer> optimizer =
+      make_optimizer(job.optim, parameter_groups(job.optim, model->named_parameters()));
+  int64_t kept = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(std::filesystem::path(job.run.dir) / job.run.name / "checkpoints", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    kept += n.rfind("ckpt-", 0) == 0 && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0;
+  }
+  report.checks.push_back(check_disk(job, checkpoint_bytes(job, *model, *optimizer), kept));
   return report;
 }
 

@@ -3,13 +3,18 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "crucible/core/error.h"
+#include "crucible/core/memory.h"
 
 namespace crucible {
 
@@ -26,6 +31,17 @@ AtomicFile::~AtomicFile() {
   }
 }
 
+void AtomicFile::reserve(uint64_t bytes) {
+  if (fd_ < 0) throw std::logic_error("AtomicFile::reserve after commit: " + path_);
+  if (bytes == 0) return;
+  reserved_ = bytes;
+  while (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes)) != 0) {
+    if (errno == EINTR) continue;
+    if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL) return;  // checked by the writes instead
+    throw write_error(path_, errno, 0, bytes);
+  }
+}
+
 void AtomicFile::write(const void* data, size_t size) {
   if (fd_ < 0) throw std::logic_error("AtomicFile::write after commit: " + path_);
   const char* p = static_cast<const char*>(data);
@@ -33,7 +49,7 @@ void AtomicFile::write(const void* data, size_t size) {
     ssize_t n = ::write(fd_, p, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw runtime_error("cannot write {} ({} bytes written so far): {}", tmp_path_, size_, errno_text(errno));
+      throw write_error(path_, errno, size_, std::max<uint64_t>(reserved_, size_ + size));
     }
     p += n;
     size -= static_cast<size_t>(n);
@@ -59,8 +75,47 @@ void AtomicFile::commit() {
   fsync_dir(dir.empty() ? "." : dir);
 }
 
+int64_t free_bytes(const std::string& path) {
+  std::filesystem::path p = path.empty() ? std::filesystem::path(".") : std::filesystem::path(path);
+  std::error_code ec;
+  while (!std::filesystem::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+  struct statvfs st {};
+  if (::statvfs(p.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+}
+
+Error write_error(const std::string& path, int err, uint64_t written, uint64_t needed) {
+  if (err != ENOSPC && err != EDQUOT) {
+    return runtime_error("cannot write {} ({} bytes written so far): {}", path, written, errno_text(err));
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int64_t free = free_bytes(dir.empty() ? "." : dir);
+  return runtime_error("cannot write {}: {}: {} free on the file system of {}{}{}", path, errno_text(err),
+                       free >= 0 ? human_bytes(static_cast<uint64_t>(free)) : std::string("an unknown amount"),
+                       dir.empty() ? "." : dir, needed > 0 ? fmt::format(", the file needs {}", human_bytes(needed)) : "",
+                       written > 0 ? fmt::format(" ({} written)", human_bytes(written)) : "");
+}
+
+void append_whole(int fd, const std::string& path, std::string_view data) {
+  const off_t before = ::lseek(fd, 0, SEEK_END);
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      if (before >= 0 && ::ftruncate(fd, before) == 0) ::lseek(fd, before, SEEK_SET);  // whole records only
+      throw write_error(path, err, 0, data.size());
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
 void write_file_atomic(const std::string& path, std::string_view data) {
   AtomicFile f(path);
+  f.reserve(data.size());
   f.write(data);
   f.commit();
 }

@@ -41,6 +41,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorBytes>& 
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(json.size()) >> (8 * i));
   AtomicFile f(path);
+  f.reserve(8 + json.size() + static_cast<uint64_t>(offset));  // a full disk fails before any byte
   f.write(len, 8);
   f.write(json);
   for (const auto& t : tensors) f.write(t.data, t.nbytes);

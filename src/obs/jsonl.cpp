@@ -1,6 +1,9 @@
 // JsonlWriter and filter_jsonl.
 #include "crucible/obs/jsonl.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -14,20 +17,15 @@
 namespace crucible::obs {
 
 JsonlWriter::JsonlWriter(std::string path) : path_(std::move(path)) {
-  file_ = std::fopen(path_.c_str(), "a");
-  if (file_ == nullptr) throw runtime_error("cannot open {} for appending: {}", path_, errno_text(errno));
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw runtime_error("cannot open {} for appending: {}", path_, errno_text(errno));
 }
 
 JsonlWriter::~JsonlWriter() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
-void JsonlWriter::write(const nlohmann::json& record) {
-  std::string line = record.dump() + "\n";
-  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
-    throw runtime_error("cannot write {}: {}", path_, errno_text(errno));
-  }
-}
+void JsonlWriter::write(const nlohmann::json& record) { append_whole(fd_, path_, record.dump() + "\n"); }
 
 void filter_jsonl(const std::string& path, const std::function<bool(const nlohmann::json&)>& keep) {
   if (!std::filesystem::exists(path)) return;

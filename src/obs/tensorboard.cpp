@@ -2,7 +2,9 @@
 // Event / Summary / HistogramProto / TensorProto encoded by hand, and the sink.
 #include "crucible/obs/tensorboard.h"
 
+#include <fcntl.h>
 #include <unistd.h>
+
 
 #include <algorithm>
 #include <array>
@@ -138,8 +140,8 @@ EventWriter::EventWriter(const std::string& dir) {
                 .string();
     if (!fs::exists(path_)) break;
   }
-  file_ = std::fopen(path_.c_str(), "wb");
-  if (file_ == nullptr) throw runtime_error("cannot create {}: {}", path_, errno_text(errno));
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw runtime_error("cannot create {}: {}", path_, errno_text(errno));
   std::string e = event(t, 0);
   put_bytes(e, 3, "brain.Event:2");
   write_event(e);
@@ -147,18 +149,21 @@ EventWriter::EventWriter(const std::string& dir) {
 }
 
 EventWriter::~EventWriter() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (fd_ < 0) return;
+  try {
+    flush();
+  } catch (const Error&) {
+    // a full disk at the end: the file keeps the records of the last flush, whole
+  }
+  ::close(fd_);
 }
 
-void EventWriter::write_event(const std::string& e) {
-  const std::string rec = frame(e);
-  if (std::fwrite(rec.data(), 1, rec.size(), file_) != rec.size()) {
-    throw runtime_error("cannot write {}: {}", path_, errno_text(errno));
-  }
-}
+void EventWriter::write_event(const std::string& e) { pending_ += frame(e); }
 
 void EventWriter::flush() {
-  if (std::fflush(file_) != 0) throw runtime_error("cannot write {}: {}", path_, errno_text(errno));
+  std::string records;
+  records.swap(pending_);  // dropped even when the append fails: the file then ends at a whole record
+  if (!records.empty()) append_whole(fd_, path_, records);
 }
 
 // Summary.Value { string tag = 1; float simple_value = 2; HistogramProto histo = 5;

@@ -13,8 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "crucible/core/compat.h"
+#include "crucible/core/file.h"
 #include "crucible/core/memory.h"
 #include "crucible/core/thread_pool.h"
+#include "crucible/nn/model.h"
+#include "crucible/train/optimizer.h"
 
 namespace crucible::train {
 namespace {
@@ -98,6 +101,42 @@ DoctorCheck check_cuda() {
   return c;
 }
 
+
+uint64_t checkpoint_bytes(const JobConfig& job, nn::Model& model, const Optimizer& optimizer) {
+  uint64_t weights = 0, params = 0, state = 0;
+  for (const auto& t : model.named_parameters()) params += static_cast<uint64_t>(t.tensor.nbytes());
+  weights = params;
+  for (const auto& t : model.named_buffers()) weights += static_cast<uint64_t>(t.tensor.nbytes());
+  for (const auto& t : optimizer.state()) state += t.tensor.defined() ? static_cast<uint64_t>(t.tensor.nbytes()) : 0;
+  if (job.optim.name == "sgd" && job.optim.momentum > 0 && state == 0) state = params;  // made at the first step
+  return weights * (job.train.ema ? 2 : 1) + state + 64 * 1024;  // + the JSON header, generously
+}
+
+DoctorCheck check_disk(const JobConfig& job, uint64_t checkpoint, int64_t kept) {
+  DoctorCheck c = doctor_check("disk");
+  const std::string dir = job.run.dir;
+  const int64_t free = free_bytes(dir);
+  const int64_t keep = job.checkpoint.keep;
+  const uint64_t need = checkpoint * static_cast<uint64_t>(std::max<int64_t>(1, keep + 1 - kept));
+  c.found = fmt::format("{} free on the file system of {}; a checkpoint takes about {}, checkpoint.keep = {} ({} "
+                        "there now)",
+                        free >= 0 ? human_bytes(static_cast<uint64_t>(free)) : std::string("an unknown amount"), dir,
+                        human_bytes(checkpoint), keep, kept);
+  if (free < 0) return c;
+  if (static_cast<uint64_t>(free) < checkpoint) {
+    c.status = Status::kFail;
+    c.fix = fmt::format("not even one checkpoint fits: free {} there, or set run.dir to a larger disk",
+                        human_bytes(checkpoint - static_cast<uint64_t>(free)));
+  } else if (static_cast<uint64_t>(free) < need) {
+    const int64_t fit = std::max<int64_t>(1, static_cast<int64_t>(static_cast<uint64_t>(free) / checkpoint) + kept - 1);
+    c.status = Status::kWarn;
+    c.fix = fmt::format("checkpoint.keep = {} needs about {} (a new checkpoint is written before the oldest goes), "
+                        "more than is free: the run would stop with the disk full (its newest checkpoint intact). Set "
+                        "checkpoint.keep = {} or free {}",
+                        keep, human_bytes(need), fit, human_bytes(need - static_cast<uint64_t>(free)));
+  }
+  return c;
+}
 
 bool DoctorReport::failed() const {
   return std::any_of(checks.begin(), checks.end(), [](const DoctorCheck& c) { return c.status == Status::kFail; });

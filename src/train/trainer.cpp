@@ -40,6 +40,7 @@
 #include "crucible/obs/report.h"
 #include "crucible/obs/tensorboard.h"
 #include "crucible/train/checkpoint.h"
+#include "crucible/train/doctor_checks.h"
 #include "crucible/train/evaluator.h"
 #include "crucible/train/job.h"
 #include "crucible/train/loss.h"
@@ -168,6 +169,12 @@ std::optional<CheckpointData> Trainer::Impl::open_run(std::string* ckpt_path) {
     }
   }
   assemble_job(*job, ckpt ? StoredChoices::of(*ckpt, *ckpt_path) : StoredChoices{}, dir->checkpoints().dir());
+  if (main_rank()) {  // law 4: rank 0 writes the run folder, so its disk is the one to check
+    const DoctorCheck disk = check_disk(config, checkpoint_bytes(config, *job->model, *job->optimizer),
+                                        static_cast<int64_t>(dir->checkpoints().list().size()));
+    if (disk.status == DoctorCheck::Status::kFail) throw bad_input("disk: {}; {}", disk.found, disk.fix);
+    if (disk.status == DoctorCheck::Status::kWarn) log_warn("disk: {}. {}", disk.found, disk.fix);
+  }
   job->step->before_forward = [this](int64_t samples) {
     if (g_oom_step.load() == st.step && samples > g_oom_max.load()) throw SimulatedOom();
   };
@@ -406,7 +413,19 @@ void Trainer::Impl::save_checkpoint() {
   CheckpointData data;
   CheckpointIO io = CheckpointIO::writer(data);
   checkpoint_fields(io);
-  const std::string path = dir->checkpoints().save(st.step, data);
+  std::string path;
+  try {
+    path = dir->checkpoints().save(st.step, data);
+  } catch (const Error& e) {
+    // A full disk (or any failed write) leaves the checkpoints before this one as they were.
+    const std::vector<std::string> kept = dir->checkpoints().list();
+    throw runtime_error("the checkpoint of step {} was not written: {}. {}; free space or lower checkpoint.keep "
+                        "(now {}), then run the same command again to resume",
+                        st.step, e.what(),
+                        kept.empty() ? std::string("There is no earlier checkpoint")
+                                     : fmt::format("The newest checkpoint, {}, is intact", kept.back()),
+                        config.checkpoint.keep);
+  }
   const double secs = seconds_since(t0);
   st.train_seconds += secs;  // part of training time, though written before it is counted
   log_info("checkpoint step {} → {} ({:.2f} s)", st.step, path, secs);

@@ -229,6 +229,57 @@ TEST(TrainCli, RunFolderHoldsConfigMetricsCheckpointsAndSummary) {
   expect_contains(bad.err, "data.mean");
 }
 
+// A full disk during training: the run folder is a 64 MiB tmpfs with ~35 MiB free, and
+// checkpoints of ~10 MiB with keep = 3 (four at once while a new one is written) do not fit.
+// The start warns and names the keep that fits; the fourth checkpoint fails: exit 1, naming
+// the file, the space free and needed, and the newest checkpoint, which is intact (no temporary
+// left, metrics.jsonl whole). A rerun there is refused (exit 2: not one checkpoint fits), as
+// `crucible doctor` says; after the tmpfs grows, the rerun resumes and ends with the
+// uninterrupted run's params_sha256.
+TEST(TrainCli, FullDiskStopsTheRunAndARerunAfterResumesBitExact) {
+  test::TempDir d;
+  test::SmallDisk disk(d / "disk", 64);
+  if (!disk.mounted()) GTEST_SKIP() << disk.why_not();
+  auto run = [&](const std::string& dir) {
+    return with(small_run(d, "full", 2), {"--set", "run.dir=" + dir, "--set", "data.test_samples=200"});
+  };
+  const auto clean = test::run_command(run(d / "clean"));
+  ASSERT_EQ(clean.exit_code, 0) << clean.err;
+  test::fill_disk(disk.path(), "filler", 35 << 20);
+  const auto full = test::run_command(run(disk.path()));
+  EXPECT_EQ(full.exit_code, 1) << full.out << full.err;
+  expect_contains(full.err, "disk: ");
+  expect_contains(full.err, "Set checkpoint.keep = 2");
+  expect_contains(full.err, "the checkpoint of step 20 was not written: cannot write ");
+  expect_contains(full.err, "/full/checkpoints/ckpt-000000020.safetensors: No space left on device: ");
+  expect_contains(full.err, "free on the file system of");
+  expect_contains(full.err, "the file needs ");
+  expect_contains(full.err, "The newest checkpoint, ");
+  expect_contains(full.err, "ckpt-000000015.safetensors, is intact");
+  const std::string run_dir = disk.path() + "/full";
+  EXPECT_EQ(checkpoint_steps(run_dir), (std::vector<int64_t>{5, 10, 15}));
+  for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints")) {
+    EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
+  }
+  std::istringstream lines(test::read_text(run_dir + "/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) EXPECT_NO_THROW(json::parse(line)) << line;
+
+  const auto refused = test::run_command(run(disk.path()));
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  expect_contains(refused.err, "not even one checkpoint fits");
+  auto doctor = run(disk.path());
+  doctor[1] = "doctor";
+  const auto doc = test::run_command(doctor);
+  EXPECT_NE(doc.exit_code, 0);
+  expect_contains(doc.out, "fail  disk");
+
+  disk.resize(128);
+  const auto again = test::run_command(run(disk.path()));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  expect_contains(again.out, "resumed from " + run_dir + "/checkpoints/ckpt-000000015.safetensors");
+  EXPECT_EQ(read_json(run_dir + "/summary.json")["params_sha256"], read_json(d / "clean/full/summary.json")["params_sha256"]);
+}
+
 // Starts a run, SIGKILLs it at a mid-epoch checkpoint of the second epoch, returns the step of
 // that checkpoint.
 int64_t kill_in_second_epoch(const test::TempDir& d, const std::string& name,

@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include "crucible/core/error.h"
+#include "crucible/core/file.h"
+#include "crucible/obs/jsonl.h"
 #include "test_util.h"
 
 namespace crucible::obs {
@@ -95,6 +97,39 @@ TEST(TensorBoard, HyperparametersAreTypedValuesForTheHParamsTab) {
   EXPECT_EQ(r["hparams"][1][2], json::parse(R"({"values": {"optim.lr": 0.002, "model.name": "fmnist_cnn",
       "train.channels_last": false, "train.batch_size": 128.0, "data.mean": "[0.286, 0.5]"}, "start": 1.0e9})"));
   EXPECT_EQ(r["hparams"][2], json::parse(R"(["_hparams_/session_end_info", 30, {"status": 1, "end": 1.5e9}])"));
+}
+
+// A full disk: metrics.jsonl and a TensorBoard event file keep whole records only (the append
+// that does not fit is cut back and throws, naming the file and the space), and an atomic
+// file that does not fit fails before it writes a byte, leaving the old version. On a 1 MiB
+// tmpfs filled to its last ~4 KiB.
+TEST(FullDisk, AppendsStayWholeAndAtomicFilesKeepTheOldVersion) {
+  test::TempDir d;
+  test::SmallDisk disk(d / "disk", 1);
+  if (!disk.mounted()) GTEST_SKIP() << disk.why_not();
+  const std::string dir = disk.path();
+  write_file_atomic(dir + "/summary.json", "old");
+  JsonlWriter jsonl(dir + "/metrics.jsonl");
+  jsonl.write(nlohmann::json{{"step", 1}});
+  EventWriter events(dir + "/tb");
+  events.scalar("train/loss", 1, 0.5, 1.0e9);
+  events.flush();
+  const std::string event_path = event_files(dir + "/tb")[0];
+  const std::string jsonl_before = test::read_text(dir + "/metrics.jsonl");
+  const std::string events_before = test::read_text(event_path);
+  test::fill_disk(dir, "filler", 4096);
+  const std::string big(64 * 1024, 'x');
+  test::expect_runtime_error([&] { jsonl.write(nlohmann::json{{"step", 2}, {"note", big}}); },
+                             {"metrics.jsonl", "No space left on device", "free on the file system of"});
+  EXPECT_EQ(test::read_text(dir + "/metrics.jsonl"), jsonl_before);
+  for (int s = 2; s < 200; ++s) events.text("train/note", s, big.substr(0, 2000), 1.0e9);
+  test::expect_runtime_error([&] { events.flush(); }, {"events.out.tfevents.", "No space left on device"});
+  EXPECT_EQ(test::read_text(event_path), events_before);
+  EXPECT_EQ(read_event_records(event_path).size(), 2u);  // the file version and step 1's scalar
+  test::expect_runtime_error([&] { write_file_atomic(dir + "/summary.json", big + big); },
+                             {"summary.json", "No space left on device", "the file needs 128 KiB"});
+  EXPECT_EQ(test::read_text(dir + "/summary.json"), "old");
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos);
 }
 
 TEST(TensorBoard, ADamagedRecordIsNamedByFileAndOffsetATornTailIsDropped) {

@@ -3,12 +3,17 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,6 +23,38 @@ extern char** environ;
 
 namespace crucible::test {
 namespace fs = std::filesystem;
+
+SmallDisk::SmallDisk(std::string path, int mib) : path_(std::move(path)) {
+  std::filesystem::create_directories(path_);
+  const std::string options = "size=" + std::to_string(mib) + "m";
+  if (::mount("tmpfs", path_.c_str(), "tmpfs", 0, options.c_str()) == 0) {
+    mounted_ = true;
+  } else {
+    why_not_ = "cannot mount a tmpfs at " + path_ + " (" + std::strerror(errno) + "): the full-disk test needs root";
+  }
+}
+
+SmallDisk::~SmallDisk() {
+  if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+}
+
+void SmallDisk::resize(int mib) {
+  const std::string options = "size=" + std::to_string(mib) + "m";
+  if (::mount("tmpfs", path_.c_str(), "tmpfs", MS_REMOUNT, options.c_str()) != 0) {
+    throw std::runtime_error("cannot remount " + path_ + ": " + std::strerror(errno));
+  }
+}
+
+void fill_disk(const std::string& dir, const std::string& name, int64_t leave_bytes) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) throw std::runtime_error("statvfs " + dir);
+  const int64_t free = static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+  std::ofstream out(dir + "/" + name, std::ios::binary);
+  const std::string block(1 << 16, '\0');
+  for (int64_t left = free - leave_bytes; left > 0; left -= static_cast<int64_t>(block.size())) {
+    out.write(block.data(), static_cast<std::streamsize>(std::min<int64_t>(left, static_cast<int64_t>(block.size()))));
+  }
+}
 
 TempDir::TempDir() {
   std::string tmpl = (fs::temp_directory_path() / "crucible-test-XXXXXX").string();

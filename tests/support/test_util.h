@@ -30,6 +30,28 @@ class TempDir {
   std::string path_;
 };
 
+// A tmpfs of `mib` MiB mounted at `path` (created) for full-disk tests; unmounted when it goes.
+// Needs root (tests run as root): mounted() is false otherwise, and the caller skips, saying why.
+class SmallDisk {
+ public:
+  SmallDisk(std::string path, int mib);
+  ~SmallDisk();
+  SmallDisk(const SmallDisk&) = delete;
+  SmallDisk& operator=(const SmallDisk&) = delete;
+  bool mounted() const { return mounted_; }
+  const std::string& why_not() const { return why_not_; }
+  void resize(int mib);  // remount with another size (files kept)
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+  std::string why_not_;
+};
+
+// Fills the file system of `dir` with a file `name` until `leave_bytes` are free (about).
+void fill_disk(const std::string& dir, const std::string& name, int64_t leave_bytes);
+
 struct CommandResult {
   int exit_code = -1;  // exit status, or 128 + signal
   std::string out;     // stdout
@@ -107,6 +129,18 @@ void expect_bad_input(F f, std::initializer_list<const char*> needles) {
     ADD_FAILURE() << "expected a bad-input error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    for (const char* n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+}
+
+// Runs f and expects a runtime crucible::Error (exit 1) whose message contains every needle.
+template <typename F>
+void expect_runtime_error(F f, std::initializer_list<const char*> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "expected a runtime error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
     for (const char* n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
   }
 }

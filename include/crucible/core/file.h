@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "crucible/core/error.h"
+
 namespace crucible {
 
 class AtomicFile {
@@ -20,7 +22,11 @@ class AtomicFile {
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
-  // Appends bytes; throws on a failed or short write (disk full names the path).
+  // Claims `bytes` of disk for the file before it is written (fallocate, the file's size
+  // unchanged), so a full disk fails here, before any byte is written, naming the space free
+  // and needed (write_error). A file system without fallocate is not checked.
+  void reserve(uint64_t bytes);
+  // Appends bytes; throws on a failed or short write (disk full names the path and the space).
   void write(const void* data, size_t size);
   void write(std::string_view data) { write(data.data(), data.size()); }
   // Bytes written so far.
@@ -36,7 +42,24 @@ class AtomicFile {
   std::string tmp_path_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  uint64_t reserved_ = 0;
 };
+
+// Bytes an unprivileged writer may still use on the file system holding `path` (statvfs:
+// f_bavail × f_frsize; `path` or, when it does not exist yet, its nearest existing parent);
+// -1 when unknown.
+int64_t free_bytes(const std::string& path);
+
+// The error for a write to `path` that failed with errno `err` after `written` bytes. On a full
+// disk (ENOSPC, EDQUOT) it names the space free on the file system and the `needed` bytes
+// (0: not known): "cannot write P: No space left on device: 5.4 MiB free there, the file needs
+// 10.0 MiB".
+Error write_error(const std::string& path, int err, uint64_t written, uint64_t needed);
+
+// Appends `data` to the end of the file open for writing as `fd` (`path` for messages) whole
+// or not at all: after a failed or short write the file is cut back to its size before, so a
+// reader never finds half a record (metrics.jsonl, TensorBoard events on a full disk).
+void append_whole(int fd, const std::string& path, std::string_view data);
 
 // Writes `data` to `path` atomically (AtomicFile in one call).
 void write_file_atomic(const std::string& path, std::string_view data);

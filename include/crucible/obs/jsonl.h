@@ -1,5 +1,6 @@
-// Metric records as JSON Lines (one object per line, flushed as written), the run folder's
-// metrics.jsonl. Rank 0 only (law 4). Not thread-safe.
+// Metric records as JSON Lines (one object per line, written as it comes), the run folder's
+// metrics.jsonl. A line is written whole or not at all (a full disk leaves the file as it was
+// and throws, naming the space). Rank 0 only (law 4). Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,7 @@ class JsonlWriter {
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
 };
 
 // Atomically rewrites `path` keeping only the records for which `keep` is true (used on

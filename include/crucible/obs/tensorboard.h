@@ -53,7 +53,8 @@ class EventWriter {
   void write_event(const std::string& event);
 
   std::string path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
+  std::string pending_;  // records since the last flush, appended whole by it (append_whole)
 };
 
 // The records of an event file, each CRC-checked. A torn record at the end (a crash mid-write)

@@ -10,7 +10,13 @@
 
 #include "crucible/train/job_config.h"
 
+namespace crucible::nn {
+class Model;
+}
+
 namespace crucible::train {
+
+class Optimizer;
 
 struct DoctorCheck {
   enum class Status { kOk, kWarn, kFail };
@@ -32,6 +38,17 @@ struct DoctorReport {
 DoctorReport run_doctor_quick(const JobConfig& job, int local_ranks);
 // The checks as a JSON array text ([{"name", "status", "found", "fix"}, …]).
 std::string doctor_checks_json(const DoctorReport& report);
+
+// The bytes one checkpoint of this job takes, about: the model's parameters and buffers (twice
+// with train.ema), the optimizer's state (SGD's momentum buffers, made at the first step,
+// counted as one more copy of the parameters) and the header.
+uint64_t checkpoint_bytes(const JobConfig& job, nn::Model& model, const Optimizer& optimizer);
+
+// "disk": the space free where the run writes (run.dir) against checkpoint.keep checkpoints of
+// `checkpoint` bytes, plus the one being written before the oldest goes, less the `kept` ones
+// already there. Fails when not even one fits; warns, naming the keep that would fit, when the
+// run would fill the disk.
+DoctorCheck check_disk(const JobConfig& job, uint64_t checkpoint, int64_t kept);
 
 // The single checks, for `crucible doctor`'s fuller list.
 DoctorCheck doctor_check(const char* name);  // named, ok, nothing found yet
