@@ -124,6 +124,22 @@ std::string Bottleneck::to_string() const {
   return fmt::format("{}: {}: {}", verdict(), evidence, fix);
 }
 
+Straggler find_straggler(const std::vector<double>& wait, double period_seconds) {
+  Straggler s;
+  if (wait.size() < 2 || period_seconds <= 0) return s;
+  size_t least = 0;
+  for (size_t r = 1; r < wait.size(); ++r) least = wait[r] < wait[least] ? r : least;
+  double others = 0;
+  for (size_t r = 0; r < wait.size(); ++r) others += r == least ? 0 : wait[r];
+  others /= static_cast<double>(wait.size() - 1);
+  const double late = others - wait[least];
+  if (late >= 1e-3 && late >= kStragglerShare * period_seconds) {
+    s.rank = static_cast<int>(least);
+    s.late_seconds = late;
+  }
+  return s;
+}
+
 Bottleneck diagnose(const PhaseSeconds& seconds, const BottleneckContext& c) {
   const double input = seconds.share(Phase::kDataWait);
   const double transfer = seconds.share(Phase::kTransfer);
@@ -140,6 +156,12 @@ Bottleneck diagnose(const PhaseSeconds& seconds, const BottleneckContext& c) {
       b.bound = bound;
       b.share = share;
     }
+  }
+  const double step = seconds.total();
+  const Straggler straggler = find_straggler(c.sync_wait, step);
+  if (straggler.rank >= 0 && straggler.late_seconds >= kBoundShare * step) {
+    b.bound = Bound::kCommunication;
+    b.share = straggler.late_seconds / step;
   }
   switch (b.bound) {
     case Bound::kInput:
@@ -162,6 +184,16 @@ Bottleneck diagnose(const PhaseSeconds& seconds, const BottleneckContext& c) {
       b.fix = compute_fix(c);
       break;
     case Bound::kCommunication:
+      if (straggler.rank >= 0) {
+        b.evidence = fmt::format("the other ranks wait {:.1f} ms per step ({} of the step) at the gradient sync for "
+                                 "rank {}, the straggler",
+                                 1e3 * straggler.late_seconds / static_cast<double>(std::max<int64_t>(1, c.steps)),
+                                 percent(straggler.late_seconds / step), straggler.rank);
+        b.fix = fmt::format("find what slows rank {}: its machine (other processes, clock, temperature), its data "
+                            "shard or loader, or its device",
+                            straggler.rank);
+        break;
+      }
       b.evidence = fmt::format("{} of the step in gradient communication not overlapped with backward ({} ranks)",
                                percent(comm), c.world_size);
       b.fix = c.accumulate <= 1 ? fmt::format(

@@ -2,6 +2,7 @@
 // the finiteness vote and the optimizer step; and TrialStep, the same step on a scratch model.
 #include "crucible/train/step.h"
 
+#include <chrono>
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -132,7 +133,9 @@ TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64
   const Sums saved{sums_.loss_sum.clone(), sums_.correct.clone()};
   forward_backward(x, y, step, sample_ids, saved);
   if (grad_sync_ != nullptr) {
-    grad_sync_->finish();        // gradients averaged over ranks
+    const auto t0 = std::chrono::steady_clock::now();
+    grad_sync_->finish();  // gradients averaged over ranks (a straggler's peers wait here)
+    sync_wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     lap(Phase::kCommunication);  // what backward did not hide
   }
   std::vector<at::Tensor> grads;

@@ -58,6 +58,8 @@ obs::BottleneckContext bottleneck_context(const Job& job, const SessionRecord& s
                               ? static_cast<double>(reads) / static_cast<double>(st.step - session.first_step)
                               : 1;
   c.log_every_steps = cfg.log.every_steps;
+  c.sync_wait = session.sync_wait;  // the session's; an interval's verdict gives its own
+  c.steps = std::max<int64_t>(1, st.step - session.first_step);
   c.sync_debug = cfg.train.sync_debug;
   return c;
 }
@@ -81,6 +83,16 @@ void session_breakdown(const Job& job, const RunState& st, const SessionRecord& 
   const obs::Bottleneck b =
       obs::diagnose(session.phases, bottleneck_context(job, session, st, session.loader_busy, session.step_seconds));
   *bottleneck = {{"verdict", b.verdict()}, {"share", b.share}, {"evidence", b.evidence}, {"fix", b.fix}};
+  // Data parallel: each rank's wait at the gradient sync, and the rank the others wait for.
+  if (!session.sync_wait.empty()) {
+    json waits = json::array();
+    for (double w : session.sync_wait) waits.push_back(1e3 * w / static_cast<double>(steps));
+    (*bottleneck)["sync_wait_ms"] = waits;  // per step
+    const obs::Straggler s = obs::find_straggler(session.sync_wait, session.phases.total());
+    (*bottleneck)["straggler"] =
+        s.rank >= 0 ? json{{"rank", s.rank}, {"late_ms", 1e3 * s.late_seconds / static_cast<double>(steps)}}
+                    : json(nullptr);
+  }
 }
 
 // train.profile = "full": each layer's forward and backward, per step of this session (null
@@ -148,8 +160,10 @@ void add_interval_breakdown(json& record, SessionRecord& session, const Job& job
   }
   record["step_seconds"] = interval_seconds;
   record["breakdown"] = shares;
-  const obs::Bottleneck b =
-      obs::diagnose(phases, bottleneck_context(job, session, st, loader_busy_seconds, interval_seconds));
+  obs::BottleneckContext context = bottleneck_context(job, session, st, loader_busy_seconds, interval_seconds);
+  context.sync_wait = session.interval_sync_wait;
+  context.steps = session.interval_steps;
+  const obs::Bottleneck b = obs::diagnose(phases, context);
   record["verdict"] = b.verdict();
   record["verdict_share"] = b.share;
 }

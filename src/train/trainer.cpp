@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -120,6 +121,8 @@ struct Trainer::Impl {
   SessionRecord session;  // this session's host reads, phases and step time (summary.h)
   Clock::time_point step_begin;
   double interval_loader_busy = 0;
+  int64_t interval_first_step = 0;  // the step the current log interval began at
+  std::chrono::microseconds slow_step{0};  // test seam (kSlowRankEnv) for this rank
   EvalFigures last_eval_figures;  // the step observers' figures of the last evaluation
   std::unique_ptr<FILE, int (*)(FILE*)> step_trace{nullptr, &std::fclose};  // test seam (M4)
   // crucible launch's progress file for this rank (kProgressDirEnv): the step it is at, so a
@@ -182,6 +185,14 @@ std::optional<CheckpointData> Trainer::Impl::open_run(std::string* ckpt_path) {
     const std::string path = fmt::format("{}/rank{}", dir, job->world.rank);
     progress_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (progress_fd < 0) log_warn("{}: cannot open {}: {}", distributed::kProgressDirEnv, path, errno_text(errno));
+  }
+  if (const char* slow = std::getenv(testing::kSlowRankEnv); slow != nullptr && *slow != '\0') {
+    int rank = -1;
+    double ms = 0;
+    if (std::sscanf(slow, "%d:%lf", &rank, &ms) == 2 && rank == job->world.rank && ms > 0) {
+      slow_step = std::chrono::microseconds(static_cast<int64_t>(1000 * ms));
+      log_warn("{}={}: this rank spends {} ms more on every step (test seam)", testing::kSlowRankEnv, slow, ms);
+    }
   }
   if (job->world.restarts > 0) {
     log_warn("launch restart {} of this run (TORCHELASTIC_RESTART_COUNT){}", job->world.restarts,
@@ -250,6 +261,7 @@ TrainSummary Trainer::Impl::run() {
   add_sinks(sinks);
   g_stop.store(false);
   session.start(st.step);
+  interval_first_step = st.step;
   run_epochs(sinks, stop_step);
   sinks.pause();
   if (st.last_eval_step != st.step) {  // stopped by train.max_steps inside an epoch
@@ -316,6 +328,7 @@ void Trainer::Impl::run_epochs(obs::MetricSinks& sinks, int64_t stop_step) {
 // the step observers.
 void Trainer::Impl::train_step(const data::Batch& batch, const Schedule::Point& sp, obs::MetricSinks& sinks,
                                bool* stop) {
+  if (slow_step.count() > 0) std::this_thread::sleep_for(slow_step);  // test seam: a straggler
   if (progress_fd >= 0) {
     const int64_t step = st.step;
     if (::pwrite(progress_fd, &step, sizeof step, 0) != static_cast<ssize_t>(sizeof step)) {  // a hint only
@@ -502,6 +515,12 @@ void Trainer::Impl::read_interval(obs::MetricSinks& sinks, double lr, double mom
                                                 at::TensorOptions().dtype(at::kDouble).device(job->device)),
                               sums.grad_norm_max.to(at::kDouble), sums.clipped_norm_max.to(at::kDouble)});
   all = at::cat({all, sums.group_norms.to(at::kDouble)});  // T4
+  const int64_t ranks_n = job->comm ? job->world.size : 0;
+  if (ranks_n > 0) {  // each rank's wait at the gradient sync, in its own slot (the all-reduce sums them)
+    at::Tensor waits = at::zeros({ranks_n}, at::TensorOptions().dtype(at::kDouble).device(job->device));
+    waits[job->world.rank] = job->step->take_sync_wait();
+    all = at::cat({all, waits});
+  }
   if (job->comm) job->comm->all_reduce_sum(all);
   const std::vector<double> host = host_values(all, HostRead::kInterval);
   const double samples = std::max(1.0, host[2]);
@@ -535,6 +554,23 @@ void Trainer::Impl::read_interval(obs::MetricSinks& sinks, double lr, double mom
   }
   record["update_norm"] = update_norm;
   record["weight_norm"] = weight_norm;
+  if (ranks_n > 0) {
+    // Stragglers: each rank's wait at the gradient sync, ms per step of the interval.
+    const size_t at = 5 + 2 * groups.size();
+    const double steps = std::max<int64_t>(1, st.step - interval_first_step);
+    json waits = json::array();
+    session.sync_wait.resize(static_cast<size_t>(ranks_n), 0.0);
+    session.interval_sync_wait.assign(static_cast<size_t>(ranks_n), 0.0);
+    session.interval_steps = static_cast<int64_t>(steps);
+    for (int64_t r = 0; r < ranks_n; ++r) {
+      const double w = host[at + static_cast<size_t>(r)];
+      waits.push_back(1e3 * w / steps);
+      session.sync_wait[static_cast<size_t>(r)] += w;
+      session.interval_sync_wait[static_cast<size_t>(r)] = w;
+    }
+    record["sync_wait_ms"] = waits;
+  }
+  interval_first_step = st.step;
   if (c.train.clip_norm > 0) {
     record["grad_norm_max"] = host[3] / ranks;          // before clipping
     record["grad_norm_max_clipped"] = host[4] / ranks;  // what the optimizer saw

@@ -239,6 +239,43 @@ TEST(DistTrain, MaxRestartsSurviveTwoKilledRanksBitExact) {
   expect_contains(launch.err(), "launch: restart 2 of 3 after rank 1 was killed by signal 9 (SIGKILL) at step ");
 }
 
+// Stragglers: a seam makes one rank 30 ms slower per step; the others wait for it at the
+// gradient sync. summary.json's bottleneck names that rank (rank 1, then rank 0) and how late
+// it arrives, each rank's wait is in it, the verdict is communication-bound, and the train
+// records carry every rank's wait. Without the seam nobody is named.
+TEST(DistTrain, TheStragglerIsNamedWithHowLateItArrives) {
+  test::TempDir d;
+  auto run = [&](const std::string& name, const std::string& seam) {
+    if (!seam.empty()) ::setenv("CRUCIBLE_TEST_SLOW_RANK", seam.c_str(), 1);
+    const auto r = test::run_command(launched(
+        2, train_cmd(d, name, {"--set", "train.max_steps=30", "--set", "data.train_samples=4096", "--set",
+                               "data.test_samples=100", "--set", "train.batch_size=64", "--set", "log.every_steps=10"})));
+    ::unsetenv("CRUCIBLE_TEST_SLOW_RANK");
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    return json::parse(test::read_text(d.path() + "/" + name + "/summary.json"))["bottleneck"];
+  };
+  for (int slow : {1, 0}) {
+    const json b = run("slow" + std::to_string(slow), std::to_string(slow) + ":30");
+    ASSERT_TRUE(b["straggler"].is_object()) << b.dump(1);
+    EXPECT_EQ(b["straggler"]["rank"], slow) << b.dump(1);
+    EXPECT_GT(b["straggler"]["late_ms"].get<double>(), 15.0) << b.dump(1);
+    EXPECT_LT(b["straggler"]["late_ms"].get<double>(), 90.0) << b.dump(1);
+    EXPECT_EQ(b["verdict"], "communication-bound");
+    expect_contains(b["evidence"].get<std::string>(), "for rank " + std::to_string(slow) + ", the straggler");
+    EXPECT_LT(b["sync_wait_ms"][slow].get<double>(), b["sync_wait_ms"][1 - slow].get<double>());
+    std::istringstream lines(test::read_text(d.path() + "/slow" + std::to_string(slow) + "/metrics.jsonl"));
+    int train_records = 0;
+    for (std::string line; std::getline(lines, line);) {
+      const json j = json::parse(line);
+      if (j["type"] != "train") continue;
+      ++train_records;
+      ASSERT_EQ(j["sync_wait_ms"].size(), 2u) << line;
+    }
+    EXPECT_EQ(train_records, 3);
+  }
+  EXPECT_TRUE(run("even", "")["straggler"].is_null());
+}
+
 // Bucketing is a schedule, not a result: one bucket or several (launched while backward runs)
 // give bit-identical weights, and so does a second run (law 1 under data parallel).
 TEST(DistTrain, BucketSizeChangesNothingInTheResult) {

@@ -88,6 +88,33 @@ TEST(Breakdown, CommunicationBoundNamesTheBucketSize) {
   EXPECT_NE(b.fix.find("dist.bucket_mb (now 25)"), std::string::npos) << b.fix;
 }
 
+// Stragglers: the rank that waits least at the gradient sync is the one the others wait for.
+// Over 10 steps of 10 s: ranks 0, 2 and 3 wait 3 s, rank 1 0.2 s → rank 1, 2.8 s later (28%):
+// the step is communication-bound whatever this rank's phases say, naming rank 1 and 280 ms
+// per step. Equal waits, or a difference under 10% of the step (or 1 ms), name nobody.
+TEST(Breakdown, TheStragglerIsTheRankThatWaitsLeast) {
+  const Straggler s = find_straggler({3.0, 0.2, 3.0, 3.0}, 10.0);
+  EXPECT_EQ(s.rank, 1);
+  EXPECT_NEAR(s.late_seconds, 2.8, 1e-12);
+  EXPECT_EQ(find_straggler({3.0, 3.0}, 10.0).rank, -1);
+  EXPECT_EQ(find_straggler({1.0, 0.1}, 10.0).rank, -1);      // 9% of the period
+  EXPECT_EQ(find_straggler({0.0009, 0.0}, 0.001).rank, -1);  // under 1 ms
+  EXPECT_EQ(find_straggler({3.0}, 10.0).rank, -1);           // one process
+  BottleneckContext c;
+  c.world_size = 4;
+  c.sync_wait = {3.0, 0.2, 3.0, 3.0};
+  c.steps = 10;
+  const Bottleneck b = diagnose(phases(0, 0, 4, 4, 0.5, 1.5, 0), c);  // this rank: 5% communication
+  EXPECT_EQ(b.verdict(), "communication-bound");
+  EXPECT_NEAR(b.share, 0.28, 1e-12);
+  EXPECT_NE(b.evidence.find("wait 280.0 ms per step (28% of the step) at the gradient sync for rank 1, the straggler"),
+            std::string::npos)
+      << b.evidence;
+  EXPECT_NE(b.fix.find("rank 1"), std::string::npos) << b.fix;
+  c.sync_wait = {0.5, 0.5, 0.5, 0.5};
+  EXPECT_EQ(diagnose(phases(0, 0, 4, 4, 0.5, 1.5, 0), c).verdict(), "compute-bound");
+}
+
 TEST(Breakdown, TheLargestOverheadWins) {
   BottleneckContext c;
   EXPECT_EQ(diagnose(phases(2.5, 0, 1, 1, 3.5, 0, 2), c).verdict(), "communication-bound");

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace crucible::obs {
 
@@ -65,6 +66,10 @@ struct BottleneckContext {
   int world_size = 1;
   double bucket_mb = 25;
   int64_t accumulate = 1;
+  // Each rank's wait at the gradient sync over the steps diagnosed, in seconds (empty in one
+  // process): the rank that waits least is the one the others wait for (find_straggler).
+  std::vector<double> sync_wait;
+  int64_t steps = 1;  // the steps the phases and waits cover
   // Host reads.
   double host_reads_per_step = 1;
   int64_t log_every_steps = 50;
@@ -84,6 +89,20 @@ struct Bottleneck {
 // such one); below it, the step is compute-bound: removing the rest would not gain a fifth.
 constexpr double kBoundShare = 0.20;
 
+// A straggler: the rank the others wait for at the gradient sync, and how much later than them
+// it arrives (the others' mean wait less its own), over the same period as the waits.
+struct Straggler {
+  int rank = -1;          // -1: none
+  double late_seconds = 0;
+};
+// From each rank's wait over a period of `period_seconds` of step time: the rank that waits
+// least, when the others wait longer by at least kStragglerShare of the period (and 1 ms);
+// else none.
+Straggler find_straggler(const std::vector<double>& wait, double period_seconds);
+constexpr double kStragglerShare = 0.10;
+
+// The verdict. With a straggler whose lateness is at least kBoundShare of the step, the step is
+// communication-bound whatever this rank's own phases say, and the verdict names that rank.
 Bottleneck diagnose(const PhaseSeconds& seconds, const BottleneckContext& context);
 
 }  // namespace crucible::obs

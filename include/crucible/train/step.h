@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -133,6 +134,9 @@ class TrainStep {
              bool stop_requested, const std::vector<int64_t>& sample_ids = {});
 
   IntervalSums& sums() { return sums_; }
+  // Seconds this rank waited for the gradient sync to finish since the last call (host time:
+  // with Gloo the wait for the last rank to arrive; with NCCL only the launch).
+  double take_sync_wait() { return std::exchange(sync_wait_, 0.0); }
   StepCounters& counters() { return counters_; }
   const MicroBatchRecord& ran() const { return ran_; }
   // The step-time breakdown's clock (the Trainer's): forward, backward, communication,
@@ -171,6 +175,7 @@ class TrainStep {
   StepCounters counters_;
   MicroBatchRecord ran_;
   obs::PhaseClock* clock_ = nullptr;
+  double sync_wait_ = 0;
 };
 
 // T4 parameter groups: weight decay on weights, none on biases and normalisation weights (1-D

@@ -27,6 +27,9 @@ struct SessionRecord {
   obs::PhaseSeconds phases;                                     // measured phases of the steps
   double step_seconds = 0;                                      // measured step time
   double loader_busy = 0;                                       // the training loader's busy seconds at the end
+  std::vector<double> sync_wait;  // each rank's seconds waiting at the gradient sync (data parallel)
+  std::vector<double> interval_sync_wait;  // … in the last log interval
+  int64_t interval_steps = 1;              // the steps of the last log interval
 
   void start(int64_t step);  // the loop begins at `step`
   std::array<int64_t, kHostReadReasons> host_reads() const;  // since start(), by reason

@@ -94,6 +94,9 @@ constexpr const char* kAllReduceDelayEnv = "CRUCIBLE_TEST_ALLREDUCE_DELAY_MS";
 // Test seam (X8): rank 0 waits this many milliseconds before it opens the data, so a rank that
 // did not wait for it would open the data first.
 constexpr const char* kRank0OpenDelayEnv = "CRUCIBLE_TEST_RANK0_OPEN_DELAY_MS";
+// Test seam (stragglers): "R:MS" makes rank R spend MS milliseconds more on every step, before
+// its forward, so the other ranks wait for it at the gradient sync.
+constexpr const char* kSlowRankEnv = "CRUCIBLE_TEST_SLOW_RANK";
 }  // namespace testing
 
 }  // namespace crucible::train
