@@ -107,12 +107,14 @@ struct Comm::Impl {
         }
       }
       if (silent.empty()) return "every other rank still sends heartbeats (one may be stuck outside collectives, or the network failed)";
-      return fmt::format("{} {} stopped answering (no heartbeat for {:.0f} s): {} or hangs",
+      return fmt::format("{} {} stopped answering (no heartbeat for {:.0f} s): {} or hangs, or the network to {} "
+                         "failed",
                          silent.size() == 1 ? "rank" : "ranks", fmt::join(silent, ", "), window,
-                         silent.size() == 1 ? "it died" : "they died");
+                         silent.size() == 1 ? "it died" : "they died", silent.size() == 1 ? "it" : "them");
     } catch (const std::exception&) {
       if (world.rank == 0) return "the rendezvous store failed";
-      return fmt::format("rank 0 stopped answering (the rendezvous store it hosts at {} is unreachable): it died",
+      return fmt::format("rank 0 stopped answering (the rendezvous store it hosts at {} is unreachable): it died, or "
+                         "the network to it failed",
                          store_addr);
     }
   }

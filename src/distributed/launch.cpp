@@ -443,9 +443,24 @@ int launch(const LaunchOptions& o) {
                       {"rank", end.rank},
                       {"cause", end.what},
                       {"step", end.step >= 0 ? nlohmann::json(end.step) : nlohmann::json(nullptr)}});
-    log_warn("launch: restart {} of {} after {}: every rank starts again and resumes from the newest checkpoint that "
-             "verifies",
-             restart + 1, o.max_restarts, failure);
+    // Back off (1, 2, 4, … s, at most 30): a failure of the network or of another node's
+    // launcher takes a while to clear, and a group restarted at once would fail again at its
+    // rendezvous and use up the restarts.
+    const int delay = 1 << std::min(restart, 5);
+    log_warn("launch: restart {} of {} in {} s after {}: every rank starts again and resumes from the newest "
+             "checkpoint that verifies",
+             restart + 1, o.max_restarts, std::min(delay, 30), failure);
+    const auto until = Clock::now() + std::chrono::seconds(std::min(delay, 30));
+    for (auto now = Clock::now(); now < until; now = Clock::now()) {
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count();
+      const timespec wait{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
+      siginfo_t info;
+      const int sig = ::sigtimedwait(&signals.set(), &info, &wait);  // a late SIGCHLD just goes on waiting
+      if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+        log_warn("launch: got {} while waiting to restart; not restarting", signal_name(sig));
+        return end.code;
+      }
+    }
   }
 }
 

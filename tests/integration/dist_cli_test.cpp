@@ -159,7 +159,7 @@ TEST(DistCli, MaxRestartsRestartsTheGroupUntilItSucceedsOrRepeats) {
          "if [ \"$RANK\" = 1 ] && [ \"$TORCHELASTIC_RESTART_COUNT\" -lt 2 ]; then exit 5; fi; exit 0"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(count(r.err, "launch: restart "), 2u) << r.err;
-  expect_contains(r.err, "launch: restart 2 of 3 after rank 1 exited with code 5");
+  expect_contains(r.err, "launch: restart 2 of 3 in 2 s after rank 1 exited with code 5");
   const std::string seen = test::read_text(d / "seen.0");
   expect_contains(seen, "2 [{\"cause\":\"exited with code 5\",\"rank\":1,\"restart\":1,\"step\":null},");
 

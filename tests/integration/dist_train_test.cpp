@@ -236,7 +236,7 @@ TEST(DistTrain, MaxRestartsSurviveTwoKilledRanksBitExact) {
   }
   EXPECT_GT(s["restart_causes"][1]["step"].get<int64_t>(), s["restart_causes"][0]["step"].get<int64_t>());
   EXPECT_EQ(c["restarts"], 0);
-  expect_contains(launch.err(), "launch: restart 2 of 3 after rank 1 was killed by signal 9 (SIGKILL) at step ");
+  expect_contains(launch.err(), "launch: restart 2 of 3 in 2 s after rank 1 was killed by signal 9 (SIGKILL) at step ");
 }
 
 // Stragglers: a seam makes one rank 30 ms slower per step; the others wait for it at the
