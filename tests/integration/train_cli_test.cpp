@@ -484,8 +484,8 @@ std::map<std::string, int> threads_by_name(int pid) {
 // intra-op (OpenMP) team. A thread takes its creator's name on Linux, so a team started from a
 // loader thread would show up as more "crucible-load" threads than the loaders' pools hold
 // (data.threads each for training and evaluation). Sampled from /proc while a run decodes
-// JPEGs with 3 loader threads and 2 torch threads; torch's own team (started by the main
-// thread) is there too, under the main thread's name.
+// JPEGs with 3 loader threads and 2 torch threads; torch's own threads (started by the main
+// thread) are there too, under the main thread's name.
 TEST(TrainCli, LoaderThreadsStartNoThreadsOfTheirOwnD7) {
   test::TempDir d;
   test::run_python("import numpy as np, os\nfrom PIL import Image\n"
@@ -516,10 +516,9 @@ TEST(TrainCli, LoaderThreadsStartNoThreadsOfTheirOwnD7) {
   for (const auto& [name, n] : most) seen += fmt::format("{} × {}; ", name, n);
   std::printf("threads seen: %s (%d samples)\n", seen.c_str(), samples);
   EXPECT_GT(samples, 20) << "the loader was not watched while it ran: " << seen;
-  EXPECT_EQ(most["crucible-load"], 2 * 3) << seen;  // the training and the evaluation pools
-  int total = 0;
-  for (const auto& [name, n] : most) total += n;
-  EXPECT_LE(total, 2 * 3 + 8) << seen;  // the loaders, main, torch's team, and a few of crucible's own
+  // The training and the evaluation pools, nothing more. (The main thread's own threads —
+  // torch's team, its inter-op pool, crucible's writers — vary with what torch starts lazily.)
+  EXPECT_EQ(most["crucible-load"], 2 * 3) << seen;
 }
 
 // The trainer on encoded images (data.dataset = "images"): an ImageFolder of PNGs and JPEGs,
