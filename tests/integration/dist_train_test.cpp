@@ -3,11 +3,7 @@
 // evaluation on 3 ranks equals a single process exactly (X2, X5), and a rank killed in
 // mid-epoch stops the launch naming it, after which a rerun resumes (X10, law 5).
 // The default job on 2 ranks against 1 (label slow) is in TrainCliSlow.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -22,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crucible/distributed/launch.h"
 #include "crucible/train/schedule.h"
 #include "test_util.h"
 
@@ -357,19 +354,6 @@ TEST(DistTrain, RankZeroIndexesSharedTarShardsAndTheOthersReadThemX8) {
   expect_contains(test::read_text(d / "trace.rank0.data"), "offset indexes: 2 read from .idx, 0 built");
 }
 
-// A TCP port nothing listens on now (bound to port 0, then released).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // SLURM: two processes started as srun starts them — only SLURM_* variables, no launcher, no
 // torchrun variables — find each other through the first host of the node list and train as
 // `crucible launch --nproc 2` does: the same params_sha256.
@@ -383,7 +367,7 @@ TEST(DistTrain, SlurmTasksTrainAsTheLauncherDoes) {
       {"SLURM_JOB_ID", "4242"},         {"SLURM_STEP_ID", "0"},           {"SLURM_NTASKS", "2"},
       {"SLURM_STEP_NUM_TASKS", "2"},    {"SLURM_NODEID", "0"},            {"SLURM_NNODES", "1"},
       {"SLURM_STEP_TASKS_PER_NODE", "2"}, {"SLURM_STEP_NODELIST", "localhost"},
-      {"MASTER_PORT", std::to_string(free_port())}};
+      {"MASTER_PORT", std::to_string(distributed::free_port())}};
   for (const auto& [k, v] : slurm) ::setenv(k.c_str(), v.c_str(), 1);
   std::vector<std::unique_ptr<test::Child>> tasks;
   for (int rank = 0; rank < 2; ++rank) {

@@ -121,28 +121,26 @@ inline void expect_contains(const std::string& text, std::initializer_list<const
   for (const char* needle : needles) expect_contains(text, needle);
 }
 
-// Runs f and expects a bad-input crucible::Error whose message contains every needle.
+// Runs f and expects a crucible::Error of `kind` whose message contains every needle.
 template <typename F>
-void expect_bad_input(F f, std::initializer_list<const char*> needles) {
+void expect_error(ErrorKind kind, F f, std::initializer_list<const char*> needles) {
   try {
     f();
-    ADD_FAILURE() << "expected a bad-input error";
+    ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_EQ(e.kind(), kind);
     for (const char* n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
   }
 }
 
-// Runs f and expects a runtime crucible::Error (exit 1) whose message contains every needle.
+// A bad-input error (exit 2) / a runtime error (exit 1) whose message contains every needle.
+template <typename F>
+void expect_bad_input(F f, std::initializer_list<const char*> needles) {
+  expect_error(ErrorKind::kBadInput, f, needles);
+}
 template <typename F>
 void expect_runtime_error(F f, std::initializer_list<const char*> needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a runtime error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
-    for (const char* n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
+  expect_error(ErrorKind::kRuntime, f, needles);
 }
 
 }  // namespace crucible::test
