@@ -30,9 +30,17 @@ CLI::App* add_launch(CLI::App& app, distributed::LaunchOptions& o) {
                   "train resumes bit-exact from its newest checkpoint); not for exit codes 2 and 3 or a failure at "
                   "the step of the previous one")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rdzv-timeout", o.rdzv_timeout_s,
+                  "several nodes: seconds the launchers wait for each other at each (re)start, and for the store on "
+                  "node 0 to answer, before naming the nodes missing (default 300)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("command", o.command, "the program and its arguments, after `--` (\"crucible\": this program)")
       ->required();
-  cmd->footer("\nExample: crucible launch --nproc 2 -- crucible train configs/fashion_mnist.toml");
+  cmd->footer(
+      "\nExample: crucible launch --nproc 2 -- crucible train configs/fashion_mnist.toml\n"
+      "Several nodes: each runs crucible launch --nnodes N --node-rank K --master-addr <node 0> --nproc P; node 0's "
+      "launcher serves the store at --master-port that every launcher and rank meets in (torchrun's agent store), "
+      "and when a rank fails on any node every node's ranks stop and restart together (--max-restarts).");
   return cmd;
 }
 

@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
     if (bench_loader_cmd->parsed()) return cli::run_bench_loader(bench_loader_args);
     if (pack_cmd->parsed()) return cli::run_pack(pack_args);
     if (bench_decode_cmd->parsed()) return cli::run_bench_decode(bench_decode_args);
-    if (launch_cmd->parsed()) return cli::run_launch(launch_options);
+    // Several nodes' launchers meet in a c10d store, which needs libtorch: crucible-torch runs them.
+    if (launch_cmd->parsed()) return launch_options.nnodes > 1 ? exec_torch(argc, argv) : cli::run_launch(launch_options);
     if (sampler_cmd->parsed()) return cli::run_sampler(sampler_args);
     if (report_cmd->parsed()) return cli::run_report(report_args);
   } catch (const Error& e) {

@@ -26,9 +26,11 @@
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
 #include "crucible/core/memory.h"
+#include "crucible/distributed/launch_store.h"
 #include "crucible/obs/progress.h"
 #include "crucible/train/job_config.h"
 #include "crucible/train/trainer.h"
+#include "distributed_commands.h"
 
 namespace crucible {
 extern const char* const kDefaultConfigToml;  // configs/fashion_mnist.toml, embedded at build time
@@ -349,6 +351,10 @@ int main(int argc, char** argv) {
     CLI::App* bench = app.add_subcommand("bench", "benchmarks of crucible's parts, timed alone (X9)");
     bench->require_subcommand(1);
     subcommands.push_back(add_bench_model(*bench));
+    // `crucible launch --nnodes N>1` comes here from the front (its launchers need the c10d store).
+    static distributed::LaunchOptions launch_options;
+    subcommands.push_back({cli::add_launch(app, launch_options),
+                           [] { return distributed::launch(launch_options, distributed::open_tcp_launch_store); }});
   } catch (const Error& e) {
     log_error("internal error: the built-in config does not load: {}", e.what());
     return 1;

@@ -1,6 +1,7 @@
 #include "crucible/distributed/comm.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <atomic>
 #include <functional>
@@ -32,6 +33,16 @@ std::string first_line(const std::string& s) {
 
 std::string heartbeat_key(int rank) { return fmt::format("crucible/heartbeat/{}", rank); }
 
+// A connection to the rendezvous store. Rank 0 serves it (`serve`), unless the launcher does
+// (World::agent_store: torchrun, crucible launch --nnodes > 1): then every rank is a client and
+// its keys go under "crucible/attempt-<restart>/", so a restarted group never finds the keys of
+// the group before it in the store that outlived it.
+c10::intrusive_ptr<c10d::Store> open_store(const World& w, bool serve, std::chrono::milliseconds timeout) {
+  auto s = compat::make_tcp_store(w.master_addr, w.master_port, serve && !w.agent_store, w.size, timeout);
+  if (!w.agent_store) return s;
+  return c10::make_intrusive<c10d::PrefixStore>(fmt::format("crucible/attempt-{}", w.restarts), s);
+}
+
 }  // namespace
 
 struct Comm::Impl {
@@ -54,7 +65,7 @@ struct Comm::Impl {
   ~Impl() { stop_heartbeat(); }
 
   void start_heartbeat() {
-    hb_store = compat::make_tcp_store(world.master_addr, world.master_port, false, world.size, to_ms(options.timeout_s));
+    hb_store = open_store(world, false, to_ms(options.timeout_s));
     hb_thread = std::thread([this] {
       int64_t beat = 0;
       std::unique_lock<std::mutex> lock(hb_mu);
@@ -96,7 +107,7 @@ struct Comm::Impl {
     const std::string store_addr = fmt::format("{}:{}", world.master_addr, world.master_port);
     const double window = std::max(2.0, 2.5 * options.heartbeat_s);
     try {
-      auto s = compat::make_tcp_store(world.master_addr, world.master_port, false, world.size, to_ms(window));
+      auto s = open_store(world, false, to_ms(window));
       const std::vector<int64_t> before = beats(*s);
       std::this_thread::sleep_for(to_ms(window));
       const std::vector<int64_t> after = beats(*s);
@@ -112,6 +123,13 @@ struct Comm::Impl {
                          silent.size() == 1 ? "rank" : "ranks", fmt::join(silent, ", "), window,
                          silent.size() == 1 ? "it died" : "they died", silent.size() == 1 ? "it" : "them");
     } catch (const std::exception&) {
+      if (world.agent_store) {
+        // Node 0's ranks are 0 … local_size-1 (every node runs the same number).
+        const std::string ranks = world.local_size == 1 ? "rank 0" : fmt::format("ranks 0–{}", world.local_size - 1);
+        return fmt::format("node 0 ({}) stopped answering (the rendezvous store at {} that its launcher serves is "
+                           "unreachable): that launcher died, or the network to node 0 failed",
+                           ranks, store_addr);
+      }
       if (world.rank == 0) return "the rendezvous store failed";
       return fmt::format("rank 0 stopped answering (the rendezvous store it hosts at {} is unreachable): it died, or "
                          "the network to it failed",
@@ -179,13 +197,17 @@ std::unique_ptr<Comm> Comm::connect(const World& world, c10::Device device, cons
   impl->backend_name = backend;
   const auto timeout = to_ms(options.timeout_s);
   try {
-    impl->store = compat::make_tcp_store(world.master_addr, world.master_port, world.rank == 0, world.size, timeout);
+    impl->store = open_store(world, world.rank == 0, timeout);
   } catch (const std::exception& e) {
-    throw runtime_error("rank {}: cannot {} the rendezvous store at {}:{} within {:.0f} s: {}", world.rank,
-                        world.rank == 0 ? "start" : "reach", world.master_addr, world.master_port, options.timeout_s,
-                        first_line(e.what()));
+    const bool serve = world.rank == 0 && !world.agent_store;
+    throw runtime_error("rank {}: cannot {} the rendezvous store at {}:{}{} within {:.0f} s: {}", world.rank,
+                        serve ? "start" : "reach", world.master_addr, world.master_port,
+                        world.agent_store ? " (the launcher's, TORCHELASTIC_USE_AGENT_STORE=True)" : "",
+                        options.timeout_s, first_line(e.what()));
   }
-  if (chosen_port != nullptr) *chosen_port = compat::store_port(impl->store);
+  if (chosen_port != nullptr) {
+    *chosen_port = world.agent_store ? world.master_port : compat::store_port(impl->store);
+  }
   try {
     impl->pg = backend == "nccl"
                    ? compat::make_nccl(impl->store, world.rank, world.size, timeout, device)

@@ -18,7 +18,10 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -107,7 +110,14 @@ std::string resolve_program(const std::string& name) {
   char buf[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0) return "/proc/self/exe";
-  return std::string(buf, static_cast<size_t>(n));
+  std::string self(buf, static_cast<size_t>(n));
+  // Several nodes' launchers run in crucible-torch (they need the store); its sibling `crucible`
+  // is the program the command names.
+  const std::string torch_suffix = "/crucible-torch";
+  if (self.size() > torch_suffix.size() && self.compare(self.size() - torch_suffix.size(), std::string::npos, torch_suffix) == 0) {
+    self.resize(self.size() - std::strlen("-torch"));
+  }
+  return self;
 }
 
 bool is_set_by_launcher(const char* entry, const std::vector<std::pair<std::string, std::string>>& vars) {
@@ -121,7 +131,8 @@ bool is_set_by_launcher(const char* entry, const std::vector<std::pair<std::stri
 
 // The parent's environment with torchrun's variables for one rank on top.
 std::vector<std::string> rank_environment(const LaunchOptions& o, int local, int port, const std::string& run_id,
-                                          int restart, const std::string& causes, const std::string& progress_dir) {
+                                          int restart, const std::string& causes, const std::string& progress_dir,
+                                          bool agent_store) {
   const int rank = o.node_rank * o.nproc + local, world = o.nnodes * o.nproc;
   const std::vector<std::pair<std::string, std::string>> vars = {
       {"RANK", std::to_string(rank)},
@@ -138,6 +149,7 @@ std::vector<std::string> rank_environment(const LaunchOptions& o, int local, int
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
       {"TORCHELASTIC_RUN_ID", run_id},
+      {"TORCHELASTIC_USE_AGENT_STORE", agent_store ? "True" : "False"},
       {kRestartCausesEnv, causes},
       {kProgressDirEnv, progress_dir},
   };
@@ -216,11 +228,41 @@ struct GroupEnd {
   int rank = -1;           // the first rank that failed, -1 when none did
   std::string what;        // how it ended, in words
   int64_t step = -1;       // the training step it was at (its progress file), -1 unknown
+  // Several nodes: another node's launcher stopped the round (`stop` says why; see Rendezvous).
+  bool remote = false;
+  nlohmann::json stop;
+};
+
+// A round's stop as the launchers share it: {"node", "rank", "code", "what", "step"}, or
+// {"node", "signalled": true, "what"} when a launcher was asked to stop, or {"node", "lost": true,
+// "what"} when a node's launcher lost the store.
+nlohmann::json stop_of(const LaunchOptions& o, const GroupEnd& end) {
+  return {{"node", o.node_rank},
+          {"rank", end.rank},
+          {"code", end.code},
+          {"what", end.what},
+          {"step", end.step >= 0 ? nlohmann::json(end.step) : nlohmann::json(nullptr)}};
+}
+
+// "rank 3 was killed by signal 9 (SIGKILL) at step 40 on node 1".
+std::string describe_stop(const nlohmann::json& stop, const LaunchOptions& o) {
+  const std::string where = o.nnodes > 1 ? fmt::format(" on node {}", stop.value("node", 0)) : "";
+  if (stop.value("signalled", false) || stop.value("lost", false)) return stop.value("what", std::string("stopped"));
+  if (stop.value("rank", -1) < 0) return stop.value("what", std::string("could not be started")) + where;
+  return fmt::format("rank {} {}{}{}", stop.value("rank", -1), stop.value("what", std::string()),
+                     stop["step"].is_number() ? fmt::format(" at step {}", stop["step"].get<int64_t>()) : "", where);
+}
+
+// What run_group asks of the other nodes' launchers (unset on one node).
+struct RemoteHooks {
+  std::function<std::optional<nlohmann::json>()> poll;        // another node's stop of this round, if any
+  std::function<void(const nlohmann::json& stop)> post;       // this node's stop, for the others
 };
 
 // Starts this node's ranks once and waits for all of them (see launch()).
 GroupEnd run_group(const LaunchOptions& o, int port, const std::string& run_id, int restart,
-                   const std::string& causes, const std::string& progress_dir, const SignalBlock& signals) {
+                   const std::string& causes, const std::string& progress_dir, const SignalBlock& signals,
+                   const RemoteHooks& remote) {
   const int world = o.nnodes * o.nproc;
   GroupEnd end;
   // Everything the children need is built before the first fork: between fork and exec a
@@ -231,7 +273,7 @@ GroupEnd run_group(const LaunchOptions& o, int port, const std::string& run_id, 
   std::vector<std::vector<std::string>> envs;
   std::vector<std::vector<char*>> envps;
   for (int local = 0; local < o.nproc; ++local) {
-    envs.push_back(rank_environment(o, local, port, run_id, restart, causes, progress_dir));
+    envs.push_back(rank_environment(o, local, port, run_id, restart, causes, progress_dir, remote.poll != nullptr));
   }
   for (auto& e : envs) envps.push_back(pointers(e));
 
@@ -309,6 +351,11 @@ GroupEnd run_group(const LaunchOptions& o, int port, const std::string& run_id, 
     }
   }
 
+  if (stopping && remote.post) {
+    end.code = result;
+    end.what = "could not be started";
+    remote.post(stop_of(o, end));
+  }
   if (!stopping) {
     std::string pids;
     for (const auto& p : procs) pids += fmt::format("{}rank {} pid {}", pids.empty() ? "" : ", ", p.rank, p.pid);
@@ -348,6 +395,19 @@ GroupEnd run_group(const LaunchOptions& o, int port, const std::string& run_id, 
                 any_running() ? "; stopping the other ranks" : "");
       result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
       stop_others();
+      if (remote.post) {
+        end.code = result;
+        remote.post(stop_of(o, end));
+      }
+    }
+    if (!stopping && remote.poll) {
+      if (std::optional<nlohmann::json> stop = remote.poll()) {
+        log_error("launch: {}; stopping this node's ranks", describe_stop(*stop, o));
+        end.remote = true;
+        end.stop = *stop;
+        result = stop->value("code", 1);
+        stop_others();
+      }
     }
     if (!any_running()) break;
     if (stopping && !killed && Clock::now() >= kill_at) {
@@ -372,6 +432,11 @@ GroupEnd run_group(const LaunchOptions& o, int port, const std::string& run_id, 
       // The launcher's own stop request: every rank gets it once (they are not in the
       // terminal's process group), and the grace period starts.
       log_warn("launch: got {}; passing it to every rank", signal_name(sig));
+      if (!end.signalled && remote.post) {
+        remote.post({{"node", o.node_rank},
+                     {"signalled", true},
+                     {"what", fmt::format("the launcher on node {} got {}", o.node_rank, signal_name(sig))}});
+      }
       end.signalled = true;
       signal_ranks(procs, sig);
       if (!stopping) {
@@ -389,11 +454,241 @@ GroupEnd run_group(const LaunchOptions& o, int port, const std::string& run_id, 
   return end;
 }
 
+// Waits up to `seconds` for `done` (polled every 100 ms), taking the launcher's signals meanwhile:
+// returns 1 when done, 0 on timeout, -sig when a stop signal came.
+int wait_for(const std::function<bool()>& done, double seconds, const SignalBlock& signals) {
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  for (;;) {
+    if (done()) return 1;
+    if (Clock::now() >= until) return 0;
+    const timespec ts{0, 100 * 1000 * 1000};
+    siginfo_t info;
+    const int sig = ::sigtimedwait(&signals.set(), &info, &ts);
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) return -sig;
+  }
+}
+
+// Several nodes' launchers in step through the store node 0's launcher serves (keys under
+// "crucible-launch/"): every round (one start of the group) begins when each node's launcher
+// has joined it, ends for every node when one posts a stop (the first stop stands), and ends
+// well when every node's ranks have finished. Store calls that fail are retried until
+// rdzv_timeout_s has passed without an answer.
+class Rendezvous {
+ public:
+  Rendezvous(const LaunchOptions& o, const LaunchStoreOpener& open, const SignalBlock& signals)
+      : o_(o), open_(open), signals_(signals) {
+    where_ = fmt::format("{}:{}", o.master_addr, o.master_port);
+    if (o.node_rank == 0) {
+      store_ = open_(o.master_addr, o.master_port, true, kCallTimeout);
+      log_info("launch: node 0 serves the launchers' store at {}", where_);
+    }
+  }
+
+  // Joins round `r` and waits for every node's launcher. Round 0 also checks that every node
+  // runs with the same --nproc and --max-restarts and takes node 0's run id. False when the
+  // launcher got a stop signal meanwhile.
+  bool join(int r, std::string& run_id) {
+    const std::string conf = fmt::format("--nproc {} --max-restarts {}", o_.nproc, o_.max_restarts);
+    retry("join", o_.rdzv_timeout_s, [&] {
+      if (r == 0) set(fmt::format("config/{}", o_.node_rank), o_.node_rank == 0 ? conf + "\n" + run_id : conf);
+      set(fmt::format("round/{}/node/{}", r, o_.node_rank), "1");
+      return true;
+    });
+    const int got = wait_for([&] { return missing(fmt::format("round/{}/node/", r)).empty(); }, o_.rdzv_timeout_s,
+                             signals_);
+    if (got < 0) {
+      log_warn("launch: got {} while waiting for the other nodes; not starting", signal_name(-got));
+      return false;
+    }
+    if (got == 0) {
+      const std::vector<int> gone = missing(fmt::format("round/{}/node/", r));
+      throw runtime_error("launch: node(s) {} did not join round {} of the group within --rdzv-timeout {} s (their "
+                          "launcher is not running, or cannot reach the store at {})",
+                          join_ints(gone), r, o_.rdzv_timeout_s, where_);
+    }
+    if (r == 0) {
+      for (int k = 0; k < o_.nnodes; ++k) {
+        std::string theirs = retry("read the configuration", o_.rdzv_timeout_s, [&] { return get(fmt::format("config/{}", k)).value_or(""); });
+        const size_t nl = theirs.find('\n');
+        if (k == 0 && nl != std::string::npos) {
+          run_id = theirs.substr(nl + 1);
+          theirs.resize(nl);
+        }
+        if (theirs != conf) {
+          throw bad_input("launch: node {} runs with {} and this node (node {}) with {}: every node's launcher needs "
+                          "the same --nproc and --max-restarts",
+                          k, theirs, o_.node_rank, conf);
+        }
+      }
+    }
+    return true;
+  }
+
+  // Another node's stop of round `r`, if one stands (one store call; nullopt when the store does
+  // not answer, until it has not for rdzv_timeout_s: then a {"lost"} stop).
+  std::optional<nlohmann::json> poll(int r) {
+    try {
+      std::optional<std::string> v = get(fmt::format("round/{}/stop", r));
+      silent_since_.reset();
+      if (!v) return std::nullopt;
+      nlohmann::json stop = nlohmann::json::parse(*v);
+      if (stop.value("node", -1) == o_.node_rank && !stop.value("lost", false)) return std::nullopt;  // ours
+      return stop;
+    } catch (const std::exception& e) {
+      if (!silent_since_) silent_since_ = Clock::now();
+      if (Clock::now() - *silent_since_ < std::chrono::duration<double>(o_.rdzv_timeout_s)) return std::nullopt;
+      return nlohmann::json{{"node", o_.node_rank},
+                            {"lost", true},
+                            {"code", 1},
+                            {"what", fmt::format("the launchers' store at {} has not answered for {} s (node 0's "
+                                                 "launcher died, or the network to it failed): {}",
+                                                 where_, o_.rdzv_timeout_s, first_line(e.what()))}};
+    }
+  }
+
+  // Posts this node's stop of round `r`; returns the stop that stands (an earlier one wins).
+  // Without restarts there is nothing to agree on: one try.
+  nlohmann::json post(int r, const nlohmann::json& stop) {
+    try {
+      return retry("tell the other nodes", o_.max_restarts == 0 ? 0.0 : o_.rdzv_timeout_s, [&] {
+        std::string v;
+        call([&] { v = store().set_once(fmt::format("crucible-launch/round/{}/stop", r), stop.dump()); });
+        return nlohmann::json::parse(v);
+      });
+    } catch (const std::exception& e) {
+      log_error("{}", e.what());
+      return stop;
+    }
+  }
+
+  // This node's ranks finished round `r`: waits until every node's have, or a stop stands
+  // (returned: another node failed after this one finished).
+  std::optional<nlohmann::json> finish(int r) {
+    retry("report the finish", o_.rdzv_timeout_s, [&] {
+      set(fmt::format("round/{}/done/{}", r, o_.node_rank), "1");
+      return true;
+    });
+    std::optional<nlohmann::json> stop;
+    const int got = wait_for(
+        [&] {
+          stop = poll(r);
+          return stop.has_value() || missing(fmt::format("round/{}/done/", r)).empty();
+        },
+        o_.rdzv_timeout_s, signals_);
+    if (got == 0) {
+      log_warn("launch: node(s) {} have not finished {} s after this node's ranks did; leaving",
+               join_ints(missing(fmt::format("round/{}/done/", r))), o_.rdzv_timeout_s);
+    }
+    return stop;
+  }
+
+  // The last call: node 0 keeps serving the store until every other node's launcher that joined
+  // has left, so none is left asking a store that is gone, or until the others have had the time
+  // to stop their ranks (--grace) and read the round's stop.
+  void leave() {
+    if (o_.node_rank != 0) {
+      try {
+        set(fmt::format("left/{}", o_.node_rank), "1");
+      } catch (const std::exception&) {
+      }
+      return;
+    }
+    wait_for(
+        [&] {
+          for (int k = 1; k < o_.nnodes; ++k) {
+            if (has(fmt::format("round/0/node/{}", k)) && !has(fmt::format("left/{}", k))) return false;
+          }
+          return true;
+        },
+        o_.grace_seconds + 5, signals_);
+  }
+
+ private:
+  static constexpr double kCallTimeout = 3;  // per call; failed calls are retried (rdzv_timeout_s)
+
+  LaunchStore& store() {
+    if (!store_) store_ = open_(o_.master_addr, o_.master_port, false, kCallTimeout);
+    return *store_;
+  }
+  void set(const std::string& key, const std::string& value) {
+    call([&] { store().set("crucible-launch/" + key, value); });
+  }
+  std::optional<std::string> get(const std::string& key) {
+    std::optional<std::string> v;
+    call([&] { v = store().try_get("crucible-launch/" + key); });
+    return v;
+  }
+  // A failed call drops the connection (a late answer must not be read as the next call's); node
+  // 0 serves the store and keeps it.
+  void call(const std::function<void()>& f) {
+    try {
+      f();
+    } catch (...) {
+      if (o_.node_rank != 0) store_.reset();
+      throw;
+    }
+  }
+  bool has(const std::string& key) {
+    try {
+      return get(key).has_value();
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+  // The nodes whose key prefix+node is unset; every node when the store does not answer.
+  std::vector<int> missing(const std::string& prefix) {
+    std::vector<int> out;
+    for (int k = 0; k < o_.nnodes; ++k) {
+      try {
+        if (!get(prefix + std::to_string(k))) out.push_back(k);
+      } catch (const std::exception&) {
+        out.push_back(k);
+      }
+    }
+    return out;
+  }
+  template <typename F>
+  auto retry(const char* what, double seconds, F&& f) -> decltype(f()) {
+    const auto until =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    for (;;) {
+      try {
+        return f();
+      } catch (const std::exception& e) {
+        if (Clock::now() >= until) {
+          throw runtime_error("launch: cannot {} through the launchers' store at {} within {} s (node 0's "
+                              "launcher is not running, or the network to it failed): {}",
+                              what, where_, seconds, first_line(e.what()));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    }
+  }
+  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+  static std::string join_ints(const std::vector<int>& v) {
+    std::string out;
+    for (int x : v) out += fmt::format("{}{}", out.empty() ? "" : ", ", x);
+    return out;
+  }
+
+  const LaunchOptions& o_;
+  const LaunchStoreOpener& open_;
+  const SignalBlock& signals_;
+  std::string where_;
+  std::unique_ptr<LaunchStore> store_;
+  std::optional<Clock::time_point> silent_since_;
+};
+
 }  // namespace
 
-int launch(const LaunchOptions& o) {
+int launch(const LaunchOptions& o, const LaunchStoreOpener& open_store) {
   validate(o);
-  const std::string run_id = fmt::format(
+  if (o.nnodes > 1 && !open_store) {
+    throw runtime_error("launch: --nnodes {} needs the launchers' store, which crucible-torch opens (run it through "
+                        "the crucible program)",
+                        o.nnodes);
+  }
+  std::string run_id = fmt::format(
       "crucible-{}-{}", ::getpid(), std::chrono::system_clock::now().time_since_epoch().count());
   // Each rank writes the step it is at into <progress>/rank<R> (crucible train does; another
   // program need not), so a failure can be placed and a repeat at the same step recognised.
@@ -410,57 +705,102 @@ int launch(const LaunchOptions& o) {
     }
   } remove_progress{progress};
 
-  SignalBlock signals;  // before the forks: a Ctrl-C during start-up waits for the group's loop
-  nlohmann::json causes = nlohmann::json::array();
-  int64_t previous_step = -1;
-  for (int restart = 0;; ++restart) {
-    // One machine: a fresh port per start (the last one's store may still hold it); several:
-    // every node's launcher must agree on it, so it stays.
-    const int port = o.master_port != 0 ? o.master_port : o.nnodes == 1 ? free_port() : 29500;
-    const GroupEnd end = run_group(o, port, run_id, restart, causes.dump(), progress, signals);
-    if (end.code == 0 || end.signalled || o.max_restarts == 0 || end.rank < 0) return end.code;
-    const std::string failure = end.rank >= 0 ? fmt::format("rank {} {}{}", end.rank, end.what,
-                                                            end.step >= 0 ? fmt::format(" at step {}", end.step) : "")
-                                              : end.what;
-    if (restart >= o.max_restarts) {
-      log_error("launch: not restarting: all {} restart(s) of --max-restarts are used; the last failure: {}",
-                o.max_restarts, failure);
-      return end.code;
-    }
-    if (end.code == 2 || end.code == 3) {
-      log_error("launch: not restarting: {}, {} which a restart would only repeat", failure,
-                end.code == 2 ? "bad input or usage (exit code 2)," : "training diverged (exit code 3),");
-      return end.code;
-    }
-    if (end.step >= 0 && end.step == previous_step) {
-      log_error("launch: not restarting: {}, where the last failure happened too (a failure that repeats at the same "
-                "step is not a fault a restart fixes)",
-                failure);
-      return end.code;
-    }
-    previous_step = end.step;
-    causes.push_back({{"restart", restart + 1},
-                      {"rank", end.rank},
-                      {"cause", end.what},
-                      {"step", end.step >= 0 ? nlohmann::json(end.step) : nlohmann::json(nullptr)}});
-    // Back off (1, 2, 4, … s, at most 30): a failure of the network or of another node's
-    // launcher takes a while to clear, and a group restarted at once would fail again at its
-    // rendezvous and use up the restarts.
-    const int delay = 1 << std::min(restart, 5);
-    log_warn("launch: restart {} of {} in {} s after {}: every rank starts again and resumes from the newest "
-             "checkpoint that verifies",
-             restart + 1, o.max_restarts, std::min(delay, 30), failure);
-    const auto until = Clock::now() + std::chrono::seconds(std::min(delay, 30));
-    for (auto now = Clock::now(); now < until; now = Clock::now()) {
-      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count();
-      const timespec wait{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
-      siginfo_t info;
-      const int sig = ::sigtimedwait(&signals.set(), &info, &wait);  // a late SIGCHLD just goes on waiting
-      if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
-        log_warn("launch: got {} while waiting to restart; not restarting", signal_name(sig));
+  SignalBlock signals;  // before the forks (and the store's threads): a Ctrl-C during start-up waits for the loop
+  // Several nodes: the launchers meet in node 0's store at master_addr:master_port, and the ranks
+  // use that store too (TORCHELASTIC_USE_AGENT_STORE), as under torchrun.
+  std::unique_ptr<Rendezvous> rdzv;
+  if (o.nnodes > 1) {
+    rdzv = std::make_unique<Rendezvous>(o, open_store, signals);
+  }
+  const int nodes_port = o.master_port != 0 ? o.master_port : 29500;
+  // A launcher that gives up (a timeout, a refusal) still lets the others read why before node 0's
+  // store goes (Rendezvous::leave).
+  auto rounds = [&]() -> int {
+    nlohmann::json causes = nlohmann::json::array();
+    int64_t previous_step = -1;
+    for (int restart = 0;; ++restart) {
+      if (rdzv && !rdzv->join(restart, run_id)) return 1;
+      // One machine: a fresh port per start (the last one's store may still hold it); several: the
+      // launchers' store, whose keys each group keeps under its own prefix.
+      const int port = o.nnodes > 1 ? nodes_port : o.master_port != 0 ? o.master_port : free_port();
+      RemoteHooks hooks;
+      if (rdzv) {
+        hooks.poll = [&] { return rdzv->poll(restart); };
+        hooks.post = [&](const nlohmann::json& stop) { rdzv->post(restart, stop); };
+      }
+      const GroupEnd end = run_group(o, port, run_id, restart, causes.dump(), progress, signals, hooks);
+      // The round's outcome, the same on every node: the stop that stands.
+      nlohmann::json stop = stop_of(o, end);
+      if (rdzv) {
+        if (end.code == 0 && !end.signalled && !end.remote) {
+          std::optional<nlohmann::json> late = rdzv->finish(restart);
+          if (!late) {
+            rdzv->leave();
+            return 0;
+          }
+          stop = *late;
+          log_error("launch: {} after this node's ranks finished", describe_stop(stop, o));
+        } else {
+          stop = rdzv->post(restart, end.remote ? end.stop : stop_of(o, end));
+        }
+      } else if (end.code == 0 || end.rank < 0) {
         return end.code;
       }
+      const int code = rdzv ? stop.value("code", 1) : end.code;
+      auto give_up = [&](int c) {
+        if (rdzv) rdzv->leave();
+        return c;
+      };
+      if (end.signalled) return give_up(end.code);
+      if (stop.value("signalled", false) || stop.value("lost", false)) {
+        log_error("launch: not restarting: {}", describe_stop(stop, o));
+        return give_up(code != 0 ? code : 1);
+      }
+      if (o.max_restarts == 0 || stop.value("rank", -1) < 0) return give_up(code);
+      const std::string failure = describe_stop(stop, o);
+      if (restart >= o.max_restarts) {
+        log_error("launch: not restarting: all {} restart(s) of --max-restarts are used; the last failure: {}",
+                  o.max_restarts, failure);
+        return give_up(code);
+      }
+      if (code == 2 || code == 3) {
+        log_error("launch: not restarting: {}, {} which a restart would only repeat", failure,
+                  code == 2 ? "bad input or usage (exit code 2)," : "training diverged (exit code 3),");
+        return give_up(code);
+      }
+      const int64_t step = stop["step"].is_number() ? stop["step"].get<int64_t>() : -1;
+      if (step >= 0 && step == previous_step) {
+        log_error("launch: not restarting: {}, where the last failure happened too (a failure that repeats at the same "
+                  "step is not a fault a restart fixes)",
+                  failure);
+        return give_up(code);
+      }
+      previous_step = step;
+      nlohmann::json cause = {{"restart", restart + 1},
+                              {"rank", stop.value("rank", -1)},
+                              {"cause", stop.value("what", std::string())},
+                              {"step", step >= 0 ? nlohmann::json(step) : nlohmann::json(nullptr)}};
+      if (o.nnodes > 1) cause["node"] = stop.value("node", 0);
+      causes.push_back(cause);
+      // Back off (1, 2, 4, … s, at most 30): a failure of the network or of another node's
+      // launcher takes a while to clear, and a group restarted at once would fail again at its
+      // rendezvous and use up the restarts.
+      const int delay = std::min(1 << std::min(restart, 5), 30);
+      log_warn("launch: restart {} of {} in {} s after {}: every rank{} starts again and resumes from the newest "
+               "checkpoint that verifies",
+               restart + 1, o.max_restarts, delay, failure, o.nnodes > 1 ? " on every node" : "");
+      const int got = wait_for([] { return false; }, delay, signals);
+      if (got < 0) {
+        log_warn("launch: got {} while waiting to restart; not restarting", signal_name(-got));
+        return give_up(code);
+      }
     }
+  };
+  try {
+    return rounds();
+  } catch (...) {
+    if (rdzv) rdzv->leave();
+    throw;
   }
 }
 

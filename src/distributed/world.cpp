@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -153,7 +154,10 @@ std::vector<std::string> expand_slurm_nodelist(const std::string& list, const st
 
 std::string World::describe() const {
   return fmt::format("rank {} of {} (local {} of {} on node {}), rendezvous {}:{}{}", rank, size, local_rank, local_size,
-                     node_rank, master_addr, master_port, launcher == "slurm" ? " (from SLURM's variables)" : "");
+                     node_rank, master_addr, master_port,
+                     launcher == "slurm"  ? " (from SLURM's variables)"
+                     : agent_store        ? " (the launcher's store)"
+                                          : "");
 }
 
 World world_from_env(const std::function<const char*(const char*)>& getenv) {
@@ -198,6 +202,8 @@ World world_from_env(const std::function<const char*(const char*)>& getenv) {
   if (w.master_port > 65535) throw bad_input("MASTER_PORT={}: expected a port 1–65535", w.master_port);
   w.restarts = int_var(getenv, "TORCHELASTIC_RESTART_COUNT", 0, 0);
   if (const char* causes = getenv(kRestartCausesEnv); causes != nullptr) w.restart_causes = causes;
+  const char* agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  w.agent_store = agent != nullptr && std::string(agent) == "True";  // Python's str(True), as torch compares it
   return w;
 }
 

@@ -430,8 +430,9 @@ std::unique_ptr<Job> join_job(JobConfig config) {
   const auto t0 = Clock::now();
   job->comm = distributed::Comm::connect(job->world, job->device, co);
   log_info("data parallel: {} processes, {} backend, device {} per process from LOCAL_RANK, timeout {:.0f} s; "
-           "joined in {:.1f} s",
-           job->world.size, job->comm->backend(), job->device.str(), c.dist.timeout_s, seconds_since(t0));
+           "joined in {:.1f} s; {}",
+           job->world.size, job->comm->backend(), job->device.str(), c.dist.timeout_s, seconds_since(t0),
+           job->world.describe());
   return job;
 }
 

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -60,8 +62,39 @@ LaunchOptions sh(int nproc, const std::string& script) {
   return o;
 }
 
+// The launchers' store, in memory: node 0's launcher as seen by node 1's (the program's own
+// store, c10d's TCPStore, is tested through two launchers in tests/integration/dist_cli_test.cpp).
+struct MemoryStore {
+  std::map<std::string, std::string> keys;
+  int opened = 0;
+  LaunchStoreOpener opener() {
+    struct View final : LaunchStore {
+      explicit View(MemoryStore* m) : m(m) {}
+      void set(const std::string& k, const std::string& v) override { m->keys[k] = v; }
+      std::optional<std::string> try_get(const std::string& k) override {
+        auto it = m->keys.find(k);
+        return it == m->keys.end() ? std::nullopt : std::optional<std::string>(it->second);
+      }
+      std::string set_once(const std::string& k, const std::string& v) override { return m->keys.emplace(k, v).first->second; }
+      MemoryStore* m;
+    };
+    return [this](const std::string&, int, bool serve, double) -> std::unique_ptr<LaunchStore> {
+      EXPECT_FALSE(serve);  // node 1 connects
+      ++opened;
+      return std::make_unique<View>(this);
+    };
+  }
+};
+
+// Node 1 of 2: torchrun's variables for ranks 3–5, node 0's run id (read from the store, where
+// node 0's launcher put it with its options), and node 0's store for the ranks
+// (TORCHELASTIC_USE_AGENT_STORE=True at MASTER_ADDR:MASTER_PORT).
 TEST(Launch, EveryRankGetsTorchrunsEnvironmentX10) {
   test::TempDir d;
+  MemoryStore node0;
+  node0.keys["crucible-launch/config/0"] = "--nproc 3 --max-restarts 0\nnode-zeros-run-id";
+  node0.keys["crucible-launch/round/0/node/0"] = "1";
+  node0.keys["crucible-launch/round/0/done/0"] = "1";
   ::setenv("CRUCIBLE_LAUNCH_TEST_KEPT", "yes", 1);
   ::setenv("RANK", "99", 1);  // the parent's own value must not leak through
   LaunchOptions o = sh(3, "env > '" + d.path() + "'/$RANK");
@@ -69,9 +102,12 @@ TEST(Launch, EveryRankGetsTorchrunsEnvironmentX10) {
   o.node_rank = 1;
   o.master_addr = "10.1.2.3";
   o.master_port = 12345;
-  EXPECT_EQ(launch(o), 0);
+  EXPECT_EQ(launch(o, node0.opener()), 0);
   ::unsetenv("RANK");
-  std::string run_id;
+  EXPECT_EQ(node0.keys["crucible-launch/round/0/node/1"], "1");  // joined
+  EXPECT_EQ(node0.keys["crucible-launch/round/0/done/1"], "1");  // finished
+  EXPECT_EQ(node0.keys["crucible-launch/left/1"], "1");
+  EXPECT_EQ(node0.keys["crucible-launch/config/1"], "--nproc 3 --max-restarts 0");
   for (int local = 0; local < 3; ++local) {
     const int rank = 3 + local;
     auto env = read_env(d / std::to_string(rank));
@@ -88,9 +124,8 @@ TEST(Launch, EveryRankGetsTorchrunsEnvironmentX10) {
     EXPECT_EQ(env["MASTER_PORT"], "12345");
     EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
     EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "0");
-    EXPECT_FALSE(env["TORCHELASTIC_RUN_ID"].empty());
-    if (local == 0) run_id = env["TORCHELASTIC_RUN_ID"];
-    EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], run_id);  // one job, one id
+    EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "node-zeros-run-id");  // one job, one id
+    EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "True");
     EXPECT_EQ(env["CRUCIBLE_LAUNCH_TEST_KEPT"], "yes");
     EXPECT_EQ(env["PATH"], std::getenv("PATH"));
   }

@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "crucible/distributed/launch.h"
 #include "test_util.h"
 
 namespace crucible {
@@ -181,6 +184,85 @@ TEST(DistCli, MaxRestartsRestartsTheGroupUntilItSucceedsOrRepeats) {
   EXPECT_EQ(r.exit_code, 4);
   EXPECT_EQ(count(r.err, "launch: restart "), 1u) << r.err;
   expect_contains(r.err, "rank 1 exited with code 4 at step 5, where the last failure happened too");
+}
+
+// Several nodes (two launchers on this machine, --nnodes 2, one rank each): node 0's launcher
+// serves the store both launchers and the ranks meet in (torchrun's agent store), and the
+// launchers move together:
+// - the ranks get TORCHELASTIC_USE_AGENT_STORE=True and MASTER_PORT = that store;
+// - a rank failing on node 1 stops node 0's ranks too, both restart in the same round, and both
+//   launchers record the same cause (node 1's rank);
+// - a failure on node 1 after node 0's ranks finished brings node 0 back for the restart;
+// - exit code 2 on node 1 ends both launchers with 2, without a restart;
+// - launchers that disagree on --max-restarts are refused (exit 2), naming both settings;
+// - a node that never comes is named after --rdzv-timeout.
+TEST(DistCli, NodesLaunchersRestartTogetherThroughNodeZerosStore) {
+  test::TempDir d;
+  const std::string dir = "'" + d.path() + "'";
+  auto two_nodes = [&](const std::string& script, int max_restarts, int node1_max_restarts = -1,
+                       bool start_node1 = true) {
+    const std::string port = std::to_string(distributed::free_port());
+    std::vector<test::CommandResult> out(2);
+    std::vector<std::pair<int, std::unique_ptr<test::Child>>> nodes;
+    for (int k = 1; k >= 0; --k) {
+      if (k == 1 && !start_node1) continue;
+      std::vector<std::string> cmd = {test::crucible_binary(), "launch", "--nnodes", "2", "--node-rank",
+                                      std::to_string(k), "--master-port", port, "--nproc", "1", "--grace", "1",
+                                      "--rdzv-timeout", "4", "--max-restarts",
+                                      std::to_string(k == 1 && node1_max_restarts >= 0 ? node1_max_restarts : max_restarts)};
+      cmd.insert(cmd.end(), {"--", "sh", "-c", script});
+      const std::string logs = d.path() + "/node" + std::to_string(k);
+      std::filesystem::create_directories(logs);
+      nodes.emplace_back(k, std::make_unique<test::Child>(cmd, logs));
+    }
+    for (auto& [k, child] : nodes) {
+      out[static_cast<size_t>(k)].exit_code = child->wait();
+      out[static_cast<size_t>(k)].err = child->err();
+    }
+    out[1].out = port;
+    return out;
+  };
+  // Node 1's rank fails on the first start, after node 0's rank has begun its long sleep.
+  auto r = two_nodes("cd " + dir + "; echo \"$TORCHELASTIC_USE_AGENT_STORE $MASTER_PORT $TORCHELASTIC_RESTART_COUNT\" "
+                     ">> seen.$GROUP_RANK; if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then if [ \"$GROUP_RANK\" = 1 ]; "
+                     "then sleep 1; exit 5; fi; sleep 30; fi; exit 0",
+                     2);
+  EXPECT_EQ(r[0].exit_code, 0) << r[0].err;
+  EXPECT_EQ(r[1].exit_code, 0) << r[1].err;
+  const std::string port = r[1].out;
+  EXPECT_EQ(test::read_text(d / "seen.0"), "True " + port + " 0\nTrue " + port + " 1\n");
+  EXPECT_EQ(test::read_text(d / "seen.1"), "True " + port + " 0\nTrue " + port + " 1\n");
+  expect_contains(r[0].err, "launch: rank 1 exited with code 5 on node 1; stopping this node's ranks");
+  for (const auto& n : r) {
+    expect_contains(n.err, "launch: restart 1 of 2 in 1 s after rank 1 exited with code 5 on node 1: every rank on "
+                           "every node starts again");
+  }
+
+  // Node 0's rank finishes at once; node 1's fails a second later, once.
+  r = two_nodes("cd " + dir + "; echo $TORCHELASTIC_RESTART_COUNT >> late.$GROUP_RANK; if [ \"$GROUP_RANK\" = 1 ] && "
+                "[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then sleep 1; exit 7; fi; exit 0",
+                1);
+  EXPECT_EQ(r[0].exit_code, 0) << r[0].err;
+  EXPECT_EQ(r[1].exit_code, 0) << r[1].err;
+  EXPECT_EQ(test::read_text(d / "late.0"), "0\n1\n");
+  expect_contains(r[0].err, "launch: rank 1 exited with code 7 on node 1 after this node's ranks finished");
+
+  r = two_nodes("if [ \"$GROUP_RANK\" = 1 ]; then exit 2; fi; sleep 30", 3);
+  EXPECT_EQ(r[0].exit_code, 2) << r[0].err;
+  EXPECT_EQ(r[1].exit_code, 2) << r[1].err;
+  for (const auto& n : r) {
+    expect_contains(n.err, "not restarting: rank 1 exited with code 2 on node 1, bad input or usage");
+  }
+
+  r = two_nodes("exit 0", 3, 1);
+  EXPECT_EQ(r[0].exit_code, 2) << r[0].err;
+  EXPECT_EQ(r[1].exit_code, 2) << r[1].err;
+  expect_contains(r[1].err, "node 0 runs with --nproc 1 --max-restarts 3 and this node (node 1) with --nproc 1 "
+                            "--max-restarts 1");
+
+  r = two_nodes("exit 0", 0, -1, /*start_node1=*/false);
+  EXPECT_EQ(r[0].exit_code, 1) << r[0].err;
+  expect_contains(r[0].err, "launch: node(s) 1 did not join round 0 of the group within --rdzv-timeout 4 s");
 }
 
 TEST(DistCli, SigtermToTheLauncherReachesEveryRankX10) {

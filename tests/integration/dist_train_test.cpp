@@ -236,6 +236,117 @@ TEST(DistTrain, MaxRestartsSurviveTwoKilledRanksBitExact) {
   expect_contains(launch.err(), "launch: restart 2 of 3 in 2 s after rank 1 was killed by signal 9 (SIGKILL) at step ");
 }
 
+// Two nodes (two launchers here, --nnodes 2, one rank each; node 0's launcher serves the store
+// both launchers and both ranks use): node 1's rank is killed with SIGKILL in mid-epoch. Node 0's
+// launcher stops its own rank at once through the store (not after dist.timeout_s), both
+// launchers restart the group in the same round, and the run ends with the weights of one
+// machine's 2-rank run (same compute threads) and one restart whose cause names node 1's rank.
+TEST(DistTrain, TwoNodesRestartTogetherWhenOneNodesRankDiesBitExact) {
+  test::TempDir d;
+  const std::initializer_list<std::string> job = {
+      "--set", "data.train_samples=2048", "--set", "data.test_samples=200", "--set", "train.epochs=1",
+      "--set", "train.batch_size=64", "--set", "checkpoint.every_steps=4", "--set", "log.every_steps=4",
+      "--set", "train.threads=1", "--set", "dist.timeout_s=120"};
+  const auto one_machine = test::run_command(launched(2, train_cmd(d, "one", job)));
+  ASSERT_EQ(one_machine.exit_code, 0) << one_machine.out << one_machine.err;
+  const std::string port = std::to_string(distributed::free_port());
+  std::vector<std::unique_ptr<test::Child>> nodes;
+  for (int k = 0; k < 2; ++k) {
+    std::vector<std::string> cmd = {test::crucible_binary(), "launch", "--nnodes", "2", "--node-rank", std::to_string(k),
+                                    "--nproc", "1", "--master-port", port, "--max-restarts", "2"};
+    cmd.push_back("--");
+    const auto train = train_cmd(d, "two", job);
+    cmd.insert(cmd.end(), train.begin(), train.end());
+    fs::create_directories(d / ("node" + std::to_string(k)));
+    nodes.push_back(std::make_unique<test::Child>(cmd, d / ("node" + std::to_string(k))));
+  }
+  const std::regex pid_re("rank 1 pid (\\d+)");
+  std::smatch m;
+  int pid = -1;
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < std::chrono::seconds(120) && nodes[1]->running()) {
+    const std::string out = nodes[1]->out();
+    if (pid < 0 && std::regex_search(out, m, pid_re)) pid = std::stoi(m[1]);
+    if (pid > 0 && fs::exists(d.path() + "/two/checkpoints/ckpt-000000008.safetensors")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(pid, 0) << nodes[1]->out() << nodes[1]->err();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_EQ(nodes[0]->wait(), 0) << nodes[0]->out() << nodes[0]->err();
+  ASSERT_EQ(nodes[1]->wait(), 0) << nodes[1]->out() << nodes[1]->err();
+  const json s = json::parse(test::read_text(d.path() + "/two/summary.json"));
+  const json one = json::parse(test::read_text(d.path() + "/one/summary.json"));
+  EXPECT_EQ(s["params_sha256"], one["params_sha256"]);
+  EXPECT_EQ(s["steps"], one["steps"]);
+  EXPECT_EQ(s["restarts"], 1);
+  ASSERT_EQ(s["restart_causes"].size(), 1u) << s["restart_causes"];
+  EXPECT_EQ(s["restart_causes"][0]["rank"], 1);
+  EXPECT_EQ(s["restart_causes"][0]["node"], 1);
+  EXPECT_EQ(s["restart_causes"][0]["cause"], "was killed by signal 9 (SIGKILL)");
+  // Node 0 heard it from node 1's launcher (its own rank was still training: dist.timeout_s is 120 s).
+  expect_contains(nodes[0]->err(), "launch: rank 1 was killed by signal 9 (SIGKILL) at step ");
+  expect_contains(nodes[0]->err(), " on node 1; stopping this node's ranks");
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 110.0);
+}
+
+// The pid of the process whose command line has `arg` and whose environment has `var` (e.g.
+// "RANK=1"), -1 when none.
+int find_process(const std::string& arg, const std::string& var) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string cmdline = test::read_text(e.path().string() + "/cmdline");
+    const std::string environ = test::read_text(e.path().string() + "/environ");
+    if (cmdline.find(arg) != std::string::npos && ("\0" + environ).find(std::string("\0", 1) + var + '\0') != std::string::npos) {
+      return std::stoi(name);
+    }
+  }
+  return -1;
+}
+
+// torchrun (current PyTorch's, from the venv the torch 2.x build uses) starts crucible train as
+// crucible launch does: its agent serves the store (TORCHELASTIC_USE_AGENT_STORE=True) and every
+// rank is a client of it, with the keys of each restart apart. A rank killed with SIGKILL is
+// restarted by torchrun's --max-restarts and the run ends with crucible launch's weights.
+TEST(DistTrain, TorchrunRunsAndRestartsCrucibleBitExact) {
+#ifndef CRUCIBLE_TEST_TORCH2_PYTHON
+  GTEST_SKIP() << "needs the torch 2.x venv's torchrun (make test-torch2); Debian's torchrun 1.13 does not start on "
+                  "Python 3.11, and another version's agent store speaks a protocol libtorch 1.13 does not";
+#else
+  test::TempDir d;
+  const std::initializer_list<std::string> job = {
+      "--set", "data.train_samples=2048", "--set", "data.test_samples=200", "--set", "train.epochs=1",
+      "--set", "train.batch_size=64", "--set", "checkpoint.every_steps=4", "--set", "log.every_steps=4",
+      "--set", "train.threads=1"};
+  const auto ours = test::run_command(launched(2, train_cmd(d, "launch", job)));
+  ASSERT_EQ(ours.exit_code, 0) << ours.out << ours.err;
+  std::vector<std::string> cmd = {CRUCIBLE_TEST_TORCH2_PYTHON, "-m", "torch.distributed.run", "--no-python",
+                                  "--nproc-per-node", "2", "--max-restarts", "1", "--master-port",
+                                  std::to_string(distributed::free_port())};
+  const auto train = train_cmd(d, "torchrun", job);
+  cmd.insert(cmd.end(), train.begin(), train.end());
+  test::Child torchrun(cmd, d.path());
+  int pid = -1;
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < std::chrono::seconds(120) && torchrun.running()) {
+    if (fs::exists(d.path() + "/torchrun/checkpoints/ckpt-000000008.safetensors")) {
+      pid = find_process("run.name=torchrun", "RANK=1");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(pid, 0) << torchrun.out() << torchrun.err();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_EQ(torchrun.wait(), 0) << torchrun.out() << torchrun.err();
+  const json s = json::parse(test::read_text(d.path() + "/torchrun/summary.json"));
+  const json l = json::parse(test::read_text(d.path() + "/launch/summary.json"));
+  EXPECT_EQ(s["params_sha256"], l["params_sha256"]);
+  EXPECT_EQ(s["steps"], l["steps"]);
+  EXPECT_EQ(s["restarts"], 1);
+  expect_contains(torchrun.out() + torchrun.err(), "(the launcher's store)");
+#endif
+}
+
 // Stragglers: a seam makes one rank 30 ms slower per step; the others wait for it at the
 // gradient sync. summary.json's bottleneck names that rank (rank 1, then rank 0) and how late
 // it arrives, each rank's wait is in it, the verdict is communication-bound, and the train

@@ -26,6 +26,11 @@ struct World {
   std::string launcher;      // "torchrun" (its variables: torchrun, crucible launch) or "slurm"; "" when not launched
   int restarts = 0;          // TORCHELASTIC_RESTART_COUNT: how often the launcher has restarted the group
   std::string restart_causes;  // crucible launch's JSON list of why (kRestartCausesEnv), "" when not given
+  // TORCHELASTIC_USE_AGENT_STORE=True (torchrun, crucible launch --nnodes > 1): the launcher on
+  // node 0 already serves the store at MASTER_ADDR:MASTER_PORT, so every rank, rank 0 too, is a
+  // client of it, with keys under a prefix per restart (a restarted group never reads the last
+  // group's keys).
+  bool agent_store = false;
   bool distributed() const { return size > 1; }
   bool is_main() const { return rank == 0; }
   // "rank 1 of 4 (local 1 of 2 on node 0), rendezvous 10.0.0.1:29500"
