@@ -56,6 +56,23 @@ TEST(World, TorchrunVariablesOfASecondNodeT2) {
   EXPECT_NO_THROW(check_devices(w, 0));  // CPU: processes share it
 }
 
+// torchrun's agent (and crucible launch on several nodes) serves the store itself and says so
+// with TORCHELASTIC_USE_AGENT_STORE, compared as torch compares it: the string "True".
+TEST(World, TheLaunchersStoreIsUsedOnlyWhenTheAgentSaysTrue) {
+  auto env = torchrun(0, 2, 0, 2);
+  EXPECT_FALSE(from(env).agent_store);
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  env["TORCHELASTIC_RESTART_COUNT"] = "3";
+  const World w = from(env);
+  EXPECT_TRUE(w.agent_store);
+  EXPECT_EQ(w.restarts, 3);  // the store's keys of this group go under attempt 3
+  test::expect_contains(w.describe(), "rendezvous 10.0.0.7:29511 (the launcher's store)");
+  for (const char* no : {"False", "true", "1", ""}) {
+    env["TORCHELASTIC_USE_AGENT_STORE"] = no;
+    EXPECT_FALSE(from(env).agent_store) << no;
+  }
+}
+
 TEST(World, ALaunchedJobOfOneStillJoins) {
   const World w = from(torchrun(0, 1, 0, 1));
   EXPECT_TRUE(w.launched);
