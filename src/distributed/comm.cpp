@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "../core/compat_dist.h"
+#include "crucible/core/compat.h"
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
 
@@ -215,10 +216,19 @@ std::unique_ptr<Comm> Comm::connect(const World& world, c10::Device device, cons
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
+    // A launcher of another torch major version serves a store this libtorch's client cannot talk
+    // to: the symptom is this timeout, so say it.
+    const std::string agent_hint =
+        world.agent_store ? fmt::format("; the store is the launcher's (TORCHELASTIC_USE_AGENT_STORE=True): a torchrun "
+                                        "from a torch whose major version differs from this libtorch {} serves one "
+                                        "this build cannot talk to (use crucible launch, or build crucible against "
+                                        "the torch torchrun comes from)",
+                                        compat::torch_version())
+                          : "";
     throw runtime_error("rank {}: the {} process group of {} ranks did not form within {:.0f} s (a rank did not "
-                        "start or cannot reach {}:{}): {}",
+                        "start or cannot reach {}:{}{}): {}",
                         world.rank, backend, world.size, options.timeout_s, world.master_addr, world.master_port,
-                        first_line(e.what()));
+                        agent_hint, first_line(e.what()));
   }
   impl->start_heartbeat();
   return std::unique_ptr<Comm>(new Comm(std::move(impl)));
