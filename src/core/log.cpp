@@ -1,11 +1,15 @@
 // Rank-aware line logging with a redrawable status line (see log.h).
 #include "crucible/core/log.h"
 
+#include <fcntl.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
 #include <mutex>
+
+#include "crucible/core/file.h"
 
 namespace crucible {
 namespace {
@@ -14,7 +18,8 @@ struct LogState {
   std::mutex mu;
   int rank = 0;
   bool all_ranks = false;
-  std::FILE* file = nullptr;
+  int file = -1;          // the log file (train.log), appended whole lines at a time
+  std::string file_path;
   std::string status;  // the live status line, "" when none
 };
 
@@ -51,11 +56,12 @@ int log_rank() {
 void set_log_file(const std::string& path) {
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (s.file != nullptr) {
-    std::fclose(s.file);
-    s.file = nullptr;
+  if (s.file >= 0) {
+    ::close(s.file);
+    s.file = -1;
   }
-  if (!path.empty()) s.file = std::fopen(path.c_str(), "a");
+  s.file_path = path;
+  if (!path.empty()) s.file = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 }
 
 void log_line(LogLevel level, const std::string& line) {
@@ -74,9 +80,18 @@ void log_line(LogLevel level, const std::string& line) {
     std::fputs(s.status.c_str(), stdout);
     std::fflush(stdout);
   }
-  if (s.file != nullptr) {
-    std::fprintf(s.file, "%s%s%s\n", rank_tag.c_str(), prefix, line.c_str());
-    std::fflush(s.file);
+  if (s.file >= 0) {
+    // Whole lines or none (law 5): on a full disk the line is cut back, the file keeps what it
+    // had, and it is not written again (the terminal still gets every line).
+    try {
+      append_whole(s.file, s.file_path, fmt::format("{}{}{}\n", rank_tag, prefix, line));
+    } catch (const std::exception& e) {
+      ::close(s.file);
+      s.file = -1;
+      std::fprintf(stderr, "%swarning: %s is no longer written: %s\n", rank_tag.c_str(), s.file_path.c_str(),
+                   e.what());
+      std::fflush(stderr);
+    }
   }
 }
 

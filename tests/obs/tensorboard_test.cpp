@@ -15,6 +15,7 @@
 
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
+#include "crucible/core/log.h"
 #include "crucible/obs/jsonl.h"
 #include "test_util.h"
 
@@ -117,6 +118,8 @@ TEST(FullDisk, AppendsStayWholeAndAtomicFilesKeepTheOldVersion) {
   const std::string event_path = event_files(dir + "/tb")[0];
   const std::string jsonl_before = test::read_text(dir + "/metrics.jsonl");
   const std::string events_before = test::read_text(event_path);
+  set_log_file(dir + "/train.log");
+  log_info("before the disk filled");
   test::fill_disk(dir, "filler", 4096);
   const std::string big(64 * 1024, 'x');
   test::expect_runtime_error([&] { jsonl.write(nlohmann::json{{"step", 2}, {"note", big}}); },
@@ -129,6 +132,10 @@ TEST(FullDisk, AppendsStayWholeAndAtomicFilesKeepTheOldVersion) {
   test::expect_runtime_error([&] { write_file_atomic(dir + "/summary.json", big + big); },
                              {"summary.json", "No space left on device", "the file needs 128 KiB"});
   EXPECT_EQ(test::read_text(dir + "/summary.json"), "old");
+  log_info("{}", big);  // does not fit: train.log keeps its whole lines, and is not written again
+  log_info("after");
+  set_log_file("");
+  EXPECT_EQ(test::read_text(dir + "/train.log"), "before the disk filled\n");
   for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos);
 }
 
