@@ -57,6 +57,15 @@ std::string newest_checkpoint(const std::string& run_dir) {
   return best;
 }
 
+// Run `name`'s summary, expecting the weights and step count of run `reference` (both under d).
+json expect_same_result(const test::TempDir& d, const std::string& name, const std::string& reference) {
+  const json s = json::parse(test::read_text(d.path() + "/" + name + "/summary.json"));
+  const json r = json::parse(test::read_text(d.path() + "/" + reference + "/summary.json"));
+  EXPECT_EQ(s["params_sha256"], r["params_sha256"]) << name << " vs " << reference;
+  EXPECT_EQ(s["steps"], r["steps"]) << name << " vs " << reference;
+  return s;
+}
+
 // Rank 1's pid, read from the launcher's first line, once `checkpoint` exists (the run is in
 // mid-epoch); -1 when the launch ended or 60 s passed first.
 int rank1_pid_once(test::Child& launch, const std::string& checkpoint) {
@@ -220,10 +229,8 @@ TEST(DistTrain, MaxRestartsSurviveTwoKilledRanksBitExact) {
   ASSERT_GT(pid, 0) << launch.out() << launch.err();
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_EQ(launch.wait(), 0) << launch.out() << launch.err();
-  const json s = json::parse(test::read_text(d.path() + "/r/summary.json"));
+  const json s = expect_same_result(d, "r", "clean");
   const json c = json::parse(test::read_text(d.path() + "/clean/summary.json"));
-  EXPECT_EQ(s["params_sha256"], c["params_sha256"]);
-  EXPECT_EQ(s["steps"], c["steps"]);
   EXPECT_EQ(s["restarts"], 2);
   ASSERT_EQ(s["restart_causes"].size(), 2u) << s["restart_causes"];
   for (const auto& cause : s["restart_causes"]) {
@@ -274,10 +281,7 @@ TEST(DistTrain, TwoNodesRestartTogetherWhenOneNodesRankDiesBitExact) {
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_EQ(nodes[0]->wait(), 0) << nodes[0]->out() << nodes[0]->err();
   ASSERT_EQ(nodes[1]->wait(), 0) << nodes[1]->out() << nodes[1]->err();
-  const json s = json::parse(test::read_text(d.path() + "/two/summary.json"));
-  const json one = json::parse(test::read_text(d.path() + "/one/summary.json"));
-  EXPECT_EQ(s["params_sha256"], one["params_sha256"]);
-  EXPECT_EQ(s["steps"], one["steps"]);
+  const json s = expect_same_result(d, "two", "one");
   EXPECT_EQ(s["restarts"], 1);
   ASSERT_EQ(s["restart_causes"].size(), 1u) << s["restart_causes"];
   EXPECT_EQ(s["restart_causes"][0]["rank"], 1);
@@ -338,10 +342,7 @@ TEST(DistTrain, TorchrunRunsAndRestartsCrucibleBitExact) {
   ASSERT_GT(pid, 0) << torchrun.out() << torchrun.err();
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_EQ(torchrun.wait(), 0) << torchrun.out() << torchrun.err();
-  const json s = json::parse(test::read_text(d.path() + "/torchrun/summary.json"));
-  const json l = json::parse(test::read_text(d.path() + "/launch/summary.json"));
-  EXPECT_EQ(s["params_sha256"], l["params_sha256"]);
-  EXPECT_EQ(s["steps"], l["steps"]);
+  const json s = expect_same_result(d, "torchrun", "launch");
   EXPECT_EQ(s["restarts"], 1);
   expect_contains(torchrun.out() + torchrun.err(), "(the launcher's store)");
 #endif
