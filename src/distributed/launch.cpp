@@ -547,10 +547,13 @@ class Rendezvous {
   }
 
   // Posts this node's stop of round `r`; returns the stop that stands (an earlier one wins).
-  // Without restarts there is nothing to agree on: one try.
-  nlohmann::json post(int r, const nlohmann::json& stop) {
+  // One try unless `patient` (the call after the ranks have ended, when restarts need the
+  // nodes to agree): the ranks are being stopped meanwhile, and a launcher asked to stop must not
+  // wait for a store that does not answer.
+  nlohmann::json post(int r, const nlohmann::json& stop, bool patient) {
+    const bool wait = patient && o_.max_restarts > 0 && !stop.value("signalled", false);
     try {
-      return retry("tell the other nodes", o_.max_restarts == 0 ? 0.0 : o_.rdzv_timeout_s, [&] {
+      return retry("tell the other nodes", wait ? o_.rdzv_timeout_s : 0.0, [&] {
         std::string v;
         call([&] { v = store().set_once(fmt::format("crucible-launch/round/{}/stop", r), stop.dump()); });
         return nlohmann::json::parse(v);
@@ -726,9 +729,14 @@ int launch(const LaunchOptions& o, const LaunchStoreOpener& open_store) {
       RemoteHooks hooks;
       if (rdzv) {
         hooks.poll = [&] { return rdzv->poll(restart); };
-        hooks.post = [&](const nlohmann::json& stop) { rdzv->post(restart, stop); };
+        hooks.post = [&](const nlohmann::json& stop) { rdzv->post(restart, stop, /*patient=*/false); };
       }
       const GroupEnd end = run_group(o, port, run_id, restart, causes.dump(), progress, signals, hooks);
+      auto give_up = [&](int c) {
+        if (rdzv) rdzv->leave();
+        return c;
+      };
+      if (end.signalled) return give_up(end.code);  // the others heard it from run_group
       // The round's outcome, the same on every node: the stop that stands.
       nlohmann::json stop = stop_of(o, end);
       if (rdzv) {
@@ -741,17 +749,12 @@ int launch(const LaunchOptions& o, const LaunchStoreOpener& open_store) {
           stop = *late;
           log_error("launch: {} after this node's ranks finished", describe_stop(stop, o));
         } else {
-          stop = rdzv->post(restart, end.remote ? end.stop : stop_of(o, end));
+          stop = rdzv->post(restart, end.remote ? end.stop : stop_of(o, end), /*patient=*/true);
         }
       } else if (end.code == 0 || end.rank < 0) {
         return end.code;
       }
       const int code = rdzv ? stop.value("code", 1) : end.code;
-      auto give_up = [&](int c) {
-        if (rdzv) rdzv->leave();
-        return c;
-      };
-      if (end.signalled) return give_up(end.code);
       if (stop.value("signalled", false) || stop.value("lost", false)) {
         log_error("launch: not restarting: {}", describe_stop(stop, o));
         return give_up(code != 0 ? code : 1);

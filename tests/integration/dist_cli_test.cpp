@@ -260,6 +260,30 @@ TEST(DistCli, NodesLaunchersRestartTogetherThroughNodeZerosStore) {
   expect_contains(r[1].err, "node 0 runs with --nproc 1 --max-restarts 3 and this node (node 1) with --nproc 1 "
                             "--max-restarts 1");
 
+  // SIGTERM to node 0's launcher: its rank gets it, node 1's launcher hears it and stops its own
+  // without restarting, although restarts are left.
+  {
+    const std::string port = std::to_string(distributed::free_port());
+    std::vector<std::unique_ptr<test::Child>> nodes;
+    for (int k = 0; k < 2; ++k) {
+      const std::string logs = d.path() + "/term" + std::to_string(k);
+      std::filesystem::create_directories(logs);
+      nodes.push_back(std::make_unique<test::Child>(
+          std::vector<std::string>{test::crucible_binary(), "launch", "--nnodes", "2", "--node-rank", std::to_string(k),
+                                   "--master-port", port, "--nproc", "1", "--grace", "1", "--max-restarts", "3", "--",
+                                   "sh", "-c", "echo up > " + dir + "/up.$GROUP_RANK; sleep 60"},
+          logs));
+    }
+    ASSERT_TRUE(files_appear({d / "up.0", d / "up.1"}, 30)) << nodes[0]->err() << nodes[1]->err();
+    const auto t0 = Clock::now();
+    nodes[0]->kill(SIGTERM);
+    EXPECT_EQ(nodes[0]->wait(), 1) << nodes[0]->err();  // its rank died of the SIGTERM
+    EXPECT_NE(nodes[1]->wait(), 0) << nodes[1]->err();
+    EXPECT_LT(seconds_since(t0), 20.0);
+    expect_contains(nodes[1]->err(), "launch: not restarting: the launcher on node 0 got SIGTERM");
+    EXPECT_EQ(nodes[1]->err().find("launch: restart "), std::string::npos) << nodes[1]->err();
+  }
+
   r = two_nodes("exit 0", 0, -1, /*start_node1=*/false);
   EXPECT_EQ(r[0].exit_code, 1) << r[0].err;
   expect_contains(r[0].err, "launch: node(s) 1 did not join round 0 of the group within --rdzv-timeout 4 s");
