@@ -29,56 +29,23 @@
 
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
+#include "launch_rounds.h"
 
 extern char** environ;
 
 namespace crucible::distributed {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
-}
+using launch_detail::Clock;
+using launch_detail::Rendezvous;
+using launch_detail::signal_name;
+using launch_detail::SignalBlock;
+using launch_detail::wait_for;
 
 struct Proc {
   int rank = 0;
   pid_t pid = -1;
   bool running = false;
-};
-
-// The launcher's signals are blocked while it runs (and taken with sigtimedwait), and the
-// previous mask comes back however launch() ends. SIGCHLD is set to its default meanwhile: a
-// SIG_IGN inherited from our parent would reap the ranks before waitpid could see how they ended.
-class SignalBlock {
- public:
-  SignalBlock() {
-    sigemptyset(&set_);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set_, s);
-    ::pthread_sigmask(SIG_BLOCK, &set_, &old_);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    ::sigaction(SIGCHLD, &dfl, &old_chld_);
-  }
-  ~SignalBlock() {
-    // Signals that arrived after the last rank ended have nobody left to go to.
-    const timespec zero{0, 0};
-    while (::sigtimedwait(&set_, nullptr, &zero) > 0) {
-    }
-    ::sigaction(SIGCHLD, &old_chld_, nullptr);
-    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  SignalBlock(const SignalBlock&) = delete;
-  SignalBlock& operator=(const SignalBlock&) = delete;
-  const sigset_t& set() const { return set_; }
-  const sigset_t& old() const { return old_; }
-
- private:
-  sigset_t set_;
-  sigset_t old_;
-  struct sigaction old_chld_ {};
 };
 
 void validate(const LaunchOptions& o) {
@@ -453,234 +420,6 @@ GroupEnd run_group(const LaunchOptions& o, int port, const std::string& run_id, 
   if (result != 0 && end.rank < 0) end.what = "could not be started";
   return end;
 }
-
-// Waits up to `seconds` for `done` (polled every 100 ms), taking the launcher's signals meanwhile:
-// returns 1 when done, 0 on timeout, -sig when a stop signal came.
-int wait_for(const std::function<bool()>& done, double seconds, const SignalBlock& signals) {
-  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  for (;;) {
-    if (done()) return 1;
-    if (Clock::now() >= until) return 0;
-    const timespec ts{0, 100 * 1000 * 1000};
-    siginfo_t info;
-    const int sig = ::sigtimedwait(&signals.set(), &info, &ts);
-    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) return -sig;
-  }
-}
-
-// Several nodes' launchers in step through the store node 0's launcher serves (keys under
-// "crucible-launch/"): every round (one start of the group) begins when each node's launcher
-// has joined it, ends for every node when one posts a stop (the first stop stands), and ends
-// well when every node's ranks have finished. Store calls that fail are retried until
-// rdzv_timeout_s has passed without an answer.
-class Rendezvous {
- public:
-  Rendezvous(const LaunchOptions& o, const LaunchStoreOpener& open, const SignalBlock& signals)
-      : o_(o), open_(open), signals_(signals) {
-    where_ = fmt::format("{}:{}", o.master_addr, o.master_port);
-    if (o.node_rank == 0) {
-      store_ = open_(o.master_addr, o.master_port, true, kCallTimeout);
-      log_info("launch: node 0 serves the launchers' store at {}", where_);
-    }
-  }
-
-  // Joins round `r` and waits for every node's launcher. Round 0 also checks that every node
-  // runs with the same --nproc and --max-restarts and takes node 0's run id. False when the
-  // launcher got a stop signal meanwhile.
-  bool join(int r, std::string& run_id) {
-    const std::string conf = fmt::format("--nproc {} --max-restarts {}", o_.nproc, o_.max_restarts);
-    retry("join", o_.rdzv_timeout_s, [&] {
-      if (r == 0) set(fmt::format("config/{}", o_.node_rank), o_.node_rank == 0 ? conf + "\n" + run_id : conf);
-      set(fmt::format("round/{}/node/{}", r, o_.node_rank), "1");
-      return true;
-    });
-    const int got = wait_for([&] { return missing(fmt::format("round/{}/node/", r)).empty(); }, o_.rdzv_timeout_s,
-                             signals_);
-    if (got < 0) {
-      log_warn("launch: got {} while waiting for the other nodes; not starting", signal_name(-got));
-      return false;
-    }
-    if (got == 0) {
-      const std::vector<int> gone = missing(fmt::format("round/{}/node/", r));
-      throw runtime_error("launch: node(s) {} did not join round {} of the group within --rdzv-timeout {} s (their "
-                          "launcher is not running, or cannot reach the store at {})",
-                          join_ints(gone), r, o_.rdzv_timeout_s, where_);
-    }
-    if (r == 0) {
-      for (int k = 0; k < o_.nnodes; ++k) {
-        std::string theirs = retry("read the configuration", o_.rdzv_timeout_s, [&] { return get(fmt::format("config/{}", k)).value_or(""); });
-        const size_t nl = theirs.find('\n');
-        if (k == 0 && nl != std::string::npos) {
-          run_id = theirs.substr(nl + 1);
-          theirs.resize(nl);
-        }
-        if (theirs != conf) {
-          throw bad_input("launch: node {} runs with {} and this node (node {}) with {}: every node's launcher needs "
-                          "the same --nproc and --max-restarts",
-                          k, theirs, o_.node_rank, conf);
-        }
-      }
-    }
-    return true;
-  }
-
-  // Another node's stop of round `r`, if one stands (one store call; nullopt when the store does
-  // not answer, until it has not for rdzv_timeout_s: then a {"lost"} stop).
-  std::optional<nlohmann::json> poll(int r) {
-    try {
-      std::optional<std::string> v = get(fmt::format("round/{}/stop", r));
-      silent_since_.reset();
-      if (!v) return std::nullopt;
-      nlohmann::json stop = nlohmann::json::parse(*v);
-      if (stop.value("node", -1) == o_.node_rank && !stop.value("lost", false)) return std::nullopt;  // ours
-      return stop;
-    } catch (const std::exception& e) {
-      if (!silent_since_) silent_since_ = Clock::now();
-      if (Clock::now() - *silent_since_ < std::chrono::duration<double>(o_.rdzv_timeout_s)) return std::nullopt;
-      return nlohmann::json{{"node", o_.node_rank},
-                            {"lost", true},
-                            {"code", 1},
-                            {"what", fmt::format("the launchers' store at {} has not answered for {} s (node 0's "
-                                                 "launcher died, or the network to it failed): {}",
-                                                 where_, o_.rdzv_timeout_s, first_line(e.what()))}};
-    }
-  }
-
-  // Posts this node's stop of round `r`; returns the stop that stands (an earlier one wins).
-  // One try unless `patient` (the call after the ranks have ended, when restarts need the
-  // nodes to agree): the ranks are being stopped meanwhile, and a launcher asked to stop must not
-  // wait for a store that does not answer.
-  nlohmann::json post(int r, const nlohmann::json& stop, bool patient) {
-    const bool wait = patient && o_.max_restarts > 0 && !stop.value("signalled", false);
-    try {
-      return retry("tell the other nodes", wait ? o_.rdzv_timeout_s : 0.0, [&] {
-        std::string v;
-        call([&] { v = store().set_once(fmt::format("crucible-launch/round/{}/stop", r), stop.dump()); });
-        return nlohmann::json::parse(v);
-      });
-    } catch (const std::exception& e) {
-      log_error("{}", e.what());
-      return stop;
-    }
-  }
-
-  // This node's ranks finished round `r`: waits until every node's have, or a stop stands
-  // (returned: another node failed after this one finished).
-  std::optional<nlohmann::json> finish(int r) {
-    retry("report the finish", o_.rdzv_timeout_s, [&] {
-      set(fmt::format("round/{}/done/{}", r, o_.node_rank), "1");
-      return true;
-    });
-    std::optional<nlohmann::json> stop;
-    const int got = wait_for(
-        [&] {
-          stop = poll(r);
-          return stop.has_value() || missing(fmt::format("round/{}/done/", r)).empty();
-        },
-        o_.rdzv_timeout_s, signals_);
-    if (got == 0) {
-      log_warn("launch: node(s) {} have not finished {} s after this node's ranks did; leaving",
-               join_ints(missing(fmt::format("round/{}/done/", r))), o_.rdzv_timeout_s);
-    }
-    return stop;
-  }
-
-  // The last call: node 0 keeps serving the store until every other node's launcher that joined
-  // has left, so none is left asking a store that is gone, or until the others have had the time
-  // to stop their ranks (--grace) and read the round's stop.
-  void leave() {
-    if (o_.node_rank != 0) {
-      try {
-        set(fmt::format("left/{}", o_.node_rank), "1");
-      } catch (const std::exception&) {
-      }
-      return;
-    }
-    wait_for(
-        [&] {
-          for (int k = 1; k < o_.nnodes; ++k) {
-            if (has(fmt::format("round/0/node/{}", k)) && !has(fmt::format("left/{}", k))) return false;
-          }
-          return true;
-        },
-        o_.grace_seconds + 5, signals_);
-  }
-
- private:
-  static constexpr double kCallTimeout = 3;  // per call; failed calls are retried (rdzv_timeout_s)
-
-  LaunchStore& store() {
-    if (!store_) store_ = open_(o_.master_addr, o_.master_port, false, kCallTimeout);
-    return *store_;
-  }
-  void set(const std::string& key, const std::string& value) {
-    call([&] { store().set("crucible-launch/" + key, value); });
-  }
-  std::optional<std::string> get(const std::string& key) {
-    std::optional<std::string> v;
-    call([&] { v = store().try_get("crucible-launch/" + key); });
-    return v;
-  }
-  // A failed call drops the connection (a late answer must not be read as the next call's); node
-  // 0 serves the store and keeps it.
-  void call(const std::function<void()>& f) {
-    try {
-      f();
-    } catch (...) {
-      if (o_.node_rank != 0) store_.reset();
-      throw;
-    }
-  }
-  bool has(const std::string& key) {
-    try {
-      return get(key).has_value();
-    } catch (const std::exception&) {
-      return false;
-    }
-  }
-  // The nodes whose key prefix+node is unset; every node when the store does not answer.
-  std::vector<int> missing(const std::string& prefix) {
-    std::vector<int> out;
-    for (int k = 0; k < o_.nnodes; ++k) {
-      try {
-        if (!get(prefix + std::to_string(k))) out.push_back(k);
-      } catch (const std::exception&) {
-        out.push_back(k);
-      }
-    }
-    return out;
-  }
-  template <typename F>
-  auto retry(const char* what, double seconds, F&& f) -> decltype(f()) {
-    const auto until =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-    for (;;) {
-      try {
-        return f();
-      } catch (const std::exception& e) {
-        if (Clock::now() >= until) {
-          throw runtime_error("launch: cannot {} through the launchers' store at {} within {} s (node 0's "
-                              "launcher is not running, or the network to it failed): {}",
-                              what, where_, seconds, first_line(e.what()));
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
-    }
-  }
-  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-  static std::string join_ints(const std::vector<int>& v) {
-    std::string out;
-    for (int x : v) out += fmt::format("{}{}", out.empty() ? "" : ", ", x);
-    return out;
-  }
-
-  const LaunchOptions& o_;
-  const LaunchStoreOpener& open_;
-  const SignalBlock& signals_;
-  std::string where_;
-  std::unique_ptr<LaunchStore> store_;
-  std::optional<Clock::time_point> silent_since_;
-};
 
 }  // namespace
 
