@@ -208,7 +208,7 @@ TEST(DistCli, NodesLaunchersRestartTogetherThroughNodeZerosStore) {
       if (k == 1 && !start_node1) continue;
       std::vector<std::string> cmd = {test::crucible_binary(), "launch", "--nnodes", "2", "--node-rank",
                                       std::to_string(k), "--master-port", port, "--nproc", "1", "--grace", "1",
-                                      "--rdzv-timeout", "4", "--max-restarts",
+                                      "--rdzv-timeout", start_node1 ? "60" : "4", "--max-restarts",
                                       std::to_string(k == 1 && node1_max_restarts >= 0 ? node1_max_restarts : max_restarts)};
       cmd.insert(cmd.end(), {"--", "sh", "-c", script});
       const std::string logs = d.path() + "/node" + std::to_string(k);
