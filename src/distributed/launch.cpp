@@ -98,8 +98,7 @@ bool is_set_by_launcher(const char* entry, const std::vector<std::pair<std::stri
 
 // The parent's environment with torchrun's variables for one rank on top.
 std::vector<std::string> rank_environment(const LaunchOptions& o, int local, int port, const std::string& run_id,
-                                          int restart, const std::string& causes, const std::string& progress_dir,
-                                          bool agent_store) {
+                                          int restart, const std::string& causes, const std::string& progress_dir) {
   const int rank = o.node_rank * o.nproc + local, world = o.nnodes * o.nproc;
   const std::vector<std::pair<std::string, std::string>> vars = {
       {"RANK", std::to_string(rank)},
@@ -116,7 +115,8 @@ std::vector<std::string> rank_environment(const LaunchOptions& o, int local, int
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
       {"TORCHELASTIC_RUN_ID", run_id},
-      {"TORCHELASTIC_USE_AGENT_STORE", agent_store ? "True" : "False"},
+      // Several nodes: the ranks use the launchers' store (see Rendezvous).
+      {"TORCHELASTIC_USE_AGENT_STORE", o.nnodes > 1 ? "True" : "False"},
       {kRestartCausesEnv, causes},
       {kProgressDirEnv, progress_dir},
   };
@@ -240,7 +240,7 @@ GroupEnd run_group(const LaunchOptions& o, int port, const std::string& run_id, 
   std::vector<std::vector<std::string>> envs;
   std::vector<std::vector<char*>> envps;
   for (int local = 0; local < o.nproc; ++local) {
-    envs.push_back(rank_environment(o, local, port, run_id, restart, causes, progress_dir, remote.poll != nullptr));
+    envs.push_back(rank_environment(o, local, port, run_id, restart, causes, progress_dir));
   }
   for (auto& e : envs) envps.push_back(pointers(e));
 
@@ -421,6 +421,36 @@ GroupEnd run_group(const LaunchOptions& o, int port, const std::string& run_id, 
   return end;
 }
 
+// Whether the round that ended with `stop` (see stop_of) is restarted; when not, says why.
+// `previous_step` is the step of the last restarted failure (-1: none).
+bool restarts_after(const nlohmann::json& stop, int restart, int64_t previous_step, const LaunchOptions& o) {
+  if (stop.value("signalled", false) || stop.value("lost", false)) {
+    log_error("launch: not restarting: {}", describe_stop(stop, o));
+    return false;
+  }
+  if (o.max_restarts == 0 || stop.value("rank", -1) < 0) return false;
+  const std::string failure = describe_stop(stop, o);
+  const int code = stop.value("code", 1);
+  const int64_t step = stop["step"].is_number() ? stop["step"].get<int64_t>() : -1;
+  if (restart >= o.max_restarts) {
+    log_error("launch: not restarting: all {} restart(s) of --max-restarts are used; the last failure: {}",
+              o.max_restarts, failure);
+    return false;
+  }
+  if (code == 2 || code == 3) {
+    log_error("launch: not restarting: {}, {} which a restart would only repeat", failure,
+              code == 2 ? "bad input or usage (exit code 2)," : "training diverged (exit code 3),");
+    return false;
+  }
+  if (step >= 0 && step == previous_step) {
+    log_error("launch: not restarting: {}, where the last failure happened too (a failure that repeats at the same "
+              "step is not a fault a restart fixes)",
+              failure);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int launch(const LaunchOptions& o, const LaunchStoreOpener& open_store) {
@@ -454,7 +484,6 @@ int launch(const LaunchOptions& o, const LaunchStoreOpener& open_store) {
   if (o.nnodes > 1) {
     rdzv = std::make_unique<Rendezvous>(o, open_store, signals);
   }
-  const int nodes_port = o.master_port != 0 ? o.master_port : 29500;
   // A launcher that gives up (a timeout, a refusal) still lets the others read why before node 0's
   // store goes (Rendezvous::leave).
   auto rounds = [&]() -> int {
@@ -464,7 +493,7 @@ int launch(const LaunchOptions& o, const LaunchStoreOpener& open_store) {
       if (rdzv && !rdzv->join(restart, run_id)) return 1;
       // One machine: a fresh port per start (the last one's store may still hold it); several: the
       // launchers' store, whose keys each group keeps under its own prefix.
-      const int port = o.nnodes > 1 ? nodes_port : o.master_port != 0 ? o.master_port : free_port();
+      const int port = o.master_port != 0 ? o.master_port : o.nnodes > 1 ? 29500 : free_port();
       RemoteHooks hooks;
       if (rdzv) {
         hooks.poll = [&] { return rdzv->poll(restart); };
@@ -479,7 +508,7 @@ int launch(const LaunchOptions& o, const LaunchStoreOpener& open_store) {
       // The round's outcome, the same on every node: the stop that stands.
       nlohmann::json stop = stop_of(o, end);
       if (rdzv) {
-        if (end.code == 0 && !end.signalled && !end.remote) {
+        if (end.code == 0 && !end.remote) {
           std::optional<nlohmann::json> late = rdzv->finish(restart);
           if (!late) {
             rdzv->leave();
@@ -488,35 +517,14 @@ int launch(const LaunchOptions& o, const LaunchStoreOpener& open_store) {
           stop = *late;
           log_error("launch: {} after this node's ranks finished", describe_stop(stop, o));
         } else {
-          stop = rdzv->post(restart, end.remote ? end.stop : stop_of(o, end), /*patient=*/true);
+          stop = rdzv->post(restart, end.remote ? end.stop : stop, /*patient=*/true);
         }
       } else if (end.code == 0 || end.rank < 0) {
         return end.code;
       }
-      const int code = rdzv ? stop.value("code", 1) : end.code;
-      if (stop.value("signalled", false) || stop.value("lost", false)) {
-        log_error("launch: not restarting: {}", describe_stop(stop, o));
-        return give_up(code != 0 ? code : 1);
-      }
-      if (o.max_restarts == 0 || stop.value("rank", -1) < 0) return give_up(code);
-      const std::string failure = describe_stop(stop, o);
-      if (restart >= o.max_restarts) {
-        log_error("launch: not restarting: all {} restart(s) of --max-restarts are used; the last failure: {}",
-                  o.max_restarts, failure);
-        return give_up(code);
-      }
-      if (code == 2 || code == 3) {
-        log_error("launch: not restarting: {}, {} which a restart would only repeat", failure,
-                  code == 2 ? "bad input or usage (exit code 2)," : "training diverged (exit code 3),");
-        return give_up(code);
-      }
+      const int code = stop.value("code", 1);
       const int64_t step = stop["step"].is_number() ? stop["step"].get<int64_t>() : -1;
-      if (step >= 0 && step == previous_step) {
-        log_error("launch: not restarting: {}, where the last failure happened too (a failure that repeats at the same "
-                  "step is not a fault a restart fixes)",
-                  failure);
-        return give_up(code);
-      }
+      if (!restarts_after(stop, restart, previous_step, o)) return give_up(code);
       previous_step = step;
       nlohmann::json cause = {{"restart", restart + 1},
                               {"rank", stop.value("rank", -1)},
@@ -530,7 +538,7 @@ int launch(const LaunchOptions& o, const LaunchStoreOpener& open_store) {
       const int delay = std::min(1 << std::min(restart, 5), 30);
       log_warn("launch: restart {} of {} in {} s after {}: every rank{} starts again and resumes from the newest "
                "checkpoint that verifies",
-               restart + 1, o.max_restarts, delay, failure, o.nnodes > 1 ? " on every node" : "");
+               restart + 1, o.max_restarts, delay, describe_stop(stop, o), o.nnodes > 1 ? " on every node" : "");
       const int got = wait_for([] { return false; }, delay, signals);
       if (got < 0) {
         log_warn("launch: got {} while waiting to restart; not restarting", signal_name(-got));

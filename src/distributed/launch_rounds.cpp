@@ -6,6 +6,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
@@ -74,7 +75,7 @@ bool Rendezvous::join(int r, std::string& run_id) {
     throw runtime_error(
         "launch: node(s) {} did not join round {} of the group within --rdzv-timeout {} s (their "
         "launcher is not running, or cannot reach the store at {})",
-        join_ints(gone), r, o_.rdzv_timeout_s, where_);
+        fmt::join(gone, ", "), r, o_.rdzv_timeout_s, where_);
   }
   if (r == 0) {
     for (int k = 0; k < o_.nnodes; ++k) {
@@ -144,7 +145,7 @@ std::optional<nlohmann::json> Rendezvous::finish(int r) {
       o_.rdzv_timeout_s, signals_);
   if (got == 0) {
     log_warn("launch: node(s) {} have not finished {} s after this node's ranks did; leaving",
-             join_ints(missing(fmt::format("round/{}/done/", r))), o_.rdzv_timeout_s);
+             fmt::join(missing(fmt::format("round/{}/done/", r)), ", "), o_.rdzv_timeout_s);
   }
   return stop;
 }
@@ -208,12 +209,6 @@ std::vector<int> Rendezvous::missing(const std::string& prefix) {
       out.push_back(k);
     }
   }
-  return out;
-}
-
-std::string Rendezvous::join_ints(const std::vector<int>& v) {
-  std::string out;
-  for (int x : v) out += fmt::format("{}{}", out.empty() ? "" : ", ", x);
   return out;
 }
 

@@ -107,7 +107,6 @@ class Rendezvous {
   template <typename F>
   auto retry(const char* what, double seconds, F&& f) -> decltype(f());
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-  static std::string join_ints(const std::vector<int>& v);
 
   const LaunchOptions& o_;
   const LaunchStoreOpener& open_;
