@@ -196,7 +196,7 @@ TEST(DistCli, MaxRestartsRestartsTheGroupUntilItSucceedsOrRepeats) {
 // - exit code 2 on node 1 ends both launchers with 2, without a restart;
 // - launchers that disagree on --max-restarts are refused (exit 2), naming both settings;
 // - a node that never comes is named after --rdzv-timeout.
-TEST(DistCli, NodesLaunchersRestartTogetherThroughNodeZerosStore) {
+TEST(DistCli, NodesLaunchersRestartTogetherThroughNodeZerosStoreX10) {
   test::TempDir d;
   const std::string dir = "'" + d.path() + "'";
   auto two_nodes = [&](const std::string& script, int max_restarts, int node1_max_restarts = -1,

@@ -312,7 +312,7 @@ int find_process(const std::string& arg, const std::string& var) {
 // crucible launch does: its agent serves the store (TORCHELASTIC_USE_AGENT_STORE=True) and every
 // rank is a client of it, with the keys of each restart apart. A rank killed with SIGKILL is
 // restarted by torchrun's --max-restarts and the run ends with crucible launch's weights.
-TEST(DistTrain, TorchrunRunsAndRestartsCrucibleBitExact) {
+TEST(DistTrain, TorchrunRunsAndRestartsCrucibleBitExactX10) {
 #ifndef CRUCIBLE_TEST_TORCH2_PYTHON
   GTEST_SKIP() << "needs the torch 2.x venv's torchrun (make test-torch2); Debian's torchrun 1.13 does not start on "
                   "Python 3.11, and another version's agent store speaks a protocol libtorch 1.13 does not";
