@@ -481,6 +481,36 @@ std::vector<std::tuple<std::string, int, double>> augment_plan(const std::string
   return out;
 }
 
+// AugMix's draws for sample (seed, epoch, index) of a width × height image: (m0, m1), the chain
+// weights before m1 scales them, and each chain's [(op name, bin, signed magnitude)].
+std::tuple<std::pair<float, float>, std::vector<float>, std::vector<std::vector<std::tuple<std::string, int, double>>>>
+augmix_plan(const std::map<std::string, double>& numbers, uint64_t seed, uint64_t epoch, uint64_t index, int width,
+            int height) {
+  auto t = data::make_augment(augment_options("augmix", numbers, "imagenet", "", {}, 3));
+  const auto& a = dynamic_cast<const data::AugMixTransform&>(*t);
+  SampleRng rng(seed, epoch, index);
+  const data::AugMixPlan p = a.plan(rng, width, height);
+  std::vector<std::vector<std::tuple<std::string, int, double>>> chains;
+  for (const auto& c : p.chains) {
+    auto& out = chains.emplace_back();
+    for (const auto& op : c) out.emplace_back(data::augment_op_name(op.op), op.bin, op.magnitude);
+  }
+  return {{p.m0, p.m1}, p.weights, chains};
+}
+
+// AutoAugment's sub-policies for `policy`: [((op, p, bin or None), (op, p, bin or None))].
+py::list autoaugment_policy(const std::string& policy) {
+  py::list out;
+  for (const auto& sub : data::autoaugment_policy_table(policy)) {
+    py::list steps;
+    for (const auto& st : sub) {
+      steps.append(py::make_tuple(data::augment_op_name(st.op), st.p, st.bin < 0 ? py::object(py::none()) : py::int_(st.bin)));
+    }
+    out.append(py::tuple(steps));
+  }
+  return out;
+}
+
 // magnitudes_fn(bins, height, width)[bin] of `op` in a policy's space (0 for ops without).
 double augment_magnitude(const std::string& space_name, const std::string& op_name, int bins, int bin, int width,
                          int height) {
@@ -569,6 +599,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("image_op", &image_op, "one torchvision functional operation on a uint8 [C, H, W] array, in place");
   m.def("augment_magnitude", &augment_magnitude, "an operation's magnitude at a bin of a policy's space");
   m.def("augment_plan", &augment_plan, "the operations a policy draws for one sample");
+  m.def("augmix_plan", &augmix_plan, "AugMix's draws for one sample: (m0, m1), chain weights, chains");
+  m.def("autoaugment_policy", &autoaugment_policy, "AutoAugment's sub-policies of one policy, as torchvision lists them");
   m.def("augment_image", &augment_image, "a policy applied to one uint8 [C, H, W] array as to sample (seed, epoch, index)");
   m.def("load", &load, "arrays of an npy/npz/safetensors/.pt file as DLPack capsules");
   m.def("save", &save, "write (name, dtype, shape, bytes) arrays as safetensors, npy or npz");

@@ -203,38 +203,49 @@ class AutoAugment final : public AugmentPolicy {
 
 // AugMix: m ~ Dirichlet(α, α), chain weights ~ Dirichlet(α × width) · m[1]; the result is
 // m[0]·image + Σ weight_i · chain_i(image) in float32, truncated to uint8.
-class AugMix final : public SampleTransform {
+class AugMix final : public AugMixTransform {
  public:
   AugMix(const AugmentOptions& o, ops::Interpolation i)
       : interpolation_(i), fill_(o.fill), severity_(o.severity), width_(o.mixture_width), depth_(o.chain_depth),
         alpha_(o.alpha), space_(o.all_ops ? AugmentSpace::kAugMix : AugmentSpace::kAugMixPartial) {}
-  void apply(ImageRef image, SampleRng& rng) const override {
-    const size_t n = static_cast<size_t>(image.width) * image.height * image.channels;
+  AugMixPlan plan(SampleRng& rng, int w, int h) const override {
+    AugMixPlan p;
     const double g0 = random_gamma(rng, alpha_), g1 = random_gamma(rng, alpha_);
-    const float m0 = static_cast<float>(g0 / (g0 + g1)), m1 = static_cast<float>(g1 / (g0 + g1));
-    thread_local std::vector<double> gw;
-    gw.assign(static_cast<size_t>(width_), 0.0);
+    p.m0 = static_cast<float>(g0 / (g0 + g1));
+    p.m1 = static_cast<float>(g1 / (g0 + g1));
+    std::vector<double> gw(static_cast<size_t>(width_));
     double total = 0;
     for (auto& g : gw) total += (g = random_gamma(rng, alpha_));
+    for (double g : gw) p.weights.push_back(static_cast<float>(g / total));
+    const auto& space = augment_space_ops(space_);
+    for (int c = 0; c < width_; ++c) {
+      std::vector<PlannedOp>& chain = p.chains.emplace_back();
+      const int depth = depth_ > 0 ? depth_ : 1 + random_index(rng, 3);
+      for (int d = 0; d < depth; ++d) {
+        const Op op = space[static_cast<size_t>(random_index(rng, static_cast<int>(space.size())))];
+        if (!augment_op_has_magnitude(space_, op)) {
+          chain.push_back({op, -1, 0.0});
+          continue;
+        }
+        const int bin = random_index(rng, severity_);
+        chain.push_back({op, bin, draw_signed(space_, op, 10, bin, w, h, rng)});
+      }
+    }
+    return p;
+  }
+  void apply(ImageRef image, SampleRng& rng) const override {
+    const AugMixPlan p = plan(rng, image.width, image.height);
+    const size_t n = static_cast<size_t>(image.width) * image.height * image.channels;
     thread_local std::vector<float> mix;
     thread_local std::vector<uint8_t> orig, aug;
     orig.assign(image.pixels, image.pixels + n);
     mix.resize(n);
-    for (size_t k = 0; k < n; ++k) mix[k] = static_cast<float>(orig[k]) * m0;
-    const auto& space = augment_space_ops(space_);
-    for (int c = 0; c < width_; ++c) {
-      const float weight = static_cast<float>(gw[static_cast<size_t>(c)] / total) * m1;
+    for (size_t k = 0; k < n; ++k) mix[k] = static_cast<float>(orig[k]) * p.m0;
+    for (size_t c = 0; c < p.chains.size(); ++c) {
+      const float weight = p.weights[c] * p.m1;
       aug = orig;
       ImageRef a{aug.data(), image.width, image.height, image.channels, image.planar};
-      const int depth = depth_ > 0 ? depth_ : 1 + random_index(rng, 3);
-      for (int d = 0; d < depth; ++d) {
-        const Op op = space[static_cast<size_t>(random_index(rng, static_cast<int>(space.size())))];
-        double m = 0.0;
-        if (augment_op_has_magnitude(space_, op)) {
-          m = draw_signed(space_, op, 10, random_index(rng, severity_), image.width, image.height, rng);
-        }
-        apply_augment_op(a, op, m, interpolation_, fill_);
-      }
+      for (const PlannedOp& op : p.chains[c]) apply_augment_op(a, op.op, op.magnitude, interpolation_, fill_);
       for (size_t k = 0; k < n; ++k) mix[k] += weight * static_cast<float>(aug[k]);
     }
     for (size_t k = 0; k < n; ++k) image.pixels[k] = static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, mix[k])));
@@ -264,6 +275,14 @@ void AugmentPolicy::apply(ImageRef image, SampleRng& rng) const {
 std::string AugmentPolicy::tail() const {
   return fmt::format("{}{}", ops::interpolation_name(interpolation_),
                      fill_.set ? fmt::format(", fill {},{},{}", fill_.value[0], fill_.value[1], fill_.value[2]) : "");
+}
+
+std::vector<std::array<AutoAugmentStep, 2>> autoaugment_policy_table(const std::string& policy) {
+  std::vector<std::array<AutoAugmentStep, 2>> out;
+  for (const SubPolicy& sub : autoaugment_policy(policy)) {
+    out.push_back({AutoAugmentStep{sub[0].op, sub[0].p, sub[0].bin}, AutoAugmentStep{sub[1].op, sub[1].p, sub[1].bin}});
+  }
+  return out;
 }
 
 const char* augment_op_name(AugmentOp op) {

@@ -75,14 +75,18 @@ EraseBox draw_erase(uint64_t seed, int64_t epoch, int64_t sample, double p, doub
                     double ratio_min, double ratio_max, int64_t width, int64_t height) {
   EraseBox b;
   SampleRng rng(derive_seed(seed, RngStream::kErase), static_cast<uint64_t>(epoch), static_cast<uint64_t>(sample));
-  if (!(rng.uniform() < static_cast<float>(p))) return b;
+  b.apply_draw = rng.uniform();
+  if (!(b.apply_draw < static_cast<float>(p))) return b;
   const double area = static_cast<double>(width * height);
   // As torchvision computes them: the log ratios and the aspect in float32, Python's round (half
   // to even: nearbyint in the default rounding mode).
   const float log_lo = std::log(static_cast<float>(ratio_min)), log_hi = std::log(static_cast<float>(ratio_max));
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const double erase_area = area * rng.uniform(static_cast<float>(scale_min), static_cast<float>(scale_max));
-    const double aspect = std::exp(rng.uniform(log_lo, log_hi));
+    const float share = rng.uniform(static_cast<float>(scale_min), static_cast<float>(scale_max));
+    const float log_ratio = rng.uniform(log_lo, log_hi);
+    b.tried[static_cast<size_t>(b.tries++)] = {share, log_ratio};
+    const double erase_area = area * share;
+    const double aspect = std::exp(log_ratio);
     const auto h = static_cast<int64_t>(std::nearbyint(std::sqrt(erase_area * aspect)));
     const auto w = static_cast<int64_t>(std::nearbyint(std::sqrt(erase_area / aspect)));
     if (!(h < height && w < width)) continue;

@@ -326,20 +326,36 @@ class ExportedTest(unittest.TestCase):
 
 class PythonTrainTest(unittest.TestCase):
     def test_crucible_train_returns_the_trained_model(self):
+        # Three classes a 3x3 convolution tells apart (horizontal stripes, vertical stripes, none)
+        # under noise: crucible.train must move every weight and beat chance (1/3) by far on
+        # held-out samples; the model it returns holds the weights it wrote.
         script = textwrap.dedent("""
-            import io, json, sys
+            import copy, io, json, sys
             import numpy as np, torch, torch.nn as nn
             import crucible
+            torch.manual_seed(0)
             model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
                                   nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.1), nn.Linear(8, 3))
+            before = copy.deepcopy(model.state_dict())
             rng = np.random.default_rng(0)
-            x = rng.standard_normal((96, 1, 12, 12)).astype(np.float32); y = rng.integers(0, 3, 96)
+            def data(n):
+                y = rng.integers(0, 3, n)
+                x = 0.5 * rng.standard_normal((n, 1, 12, 12)).astype(np.float32)
+                stripes = (np.arange(12) % 2).astype(np.float32) * 2.0
+                x[y == 0] += stripes[None, None, :, None]  # horizontal
+                x[y == 1] += stripes[None, None, None, :]  # vertical
+                return x, y
+            x, y = data(384)
+            x_test, y_test = data(96)
             log = io.StringIO()
-            result = crucible.train(model, torch.zeros(4, 1, 12, 12), data=(x, y, x[:32], y[:32]),
-                                    train__epochs=2, train__batch_size=16, train__precision="fp32", stream=log)
+            result = crucible.train(model, torch.zeros(4, 1, 12, 12), data=(x, y, x_test, y_test),
+                                    train__epochs=3, train__batch_size=32, train__precision="fp32", stream=log)
+            after = result.model.state_dict()
+            moved = {k: float((after[k].float() - before[k].float()).abs().max()) for k in before
+                     if before[k].is_floating_point()}
             print(json.dumps({"run_dir": result.run_dir, "sha": result.summary["params_sha256"],
                               "lines": log.getvalue().count("\\n"), "acc": result.summary["test_acc"],
-                              "state": {k: v.tolist() for k, v in result.model.state_dict().items()}}))
+                              "moved": moved, "state": {k: v.tolist() for k, v in after.items()}}))
             """)
         r = run([sys.executable, "-c", script])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -348,6 +364,9 @@ class PythonTrainTest(unittest.TestCase):
         self.assertEqual(sorted(got), sorted(out["state"]))
         for k, v in out["state"].items():
             self.assertTrue(torch.equal(torch.tensor(v, dtype=got[k].dtype), got[k]), k)
+        for k in ("0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "6.weight", "6.bias"):
+            self.assertGreater(out["moved"][k], 1e-4, f"{k} did not move: {out['moved']}")
+        self.assertGreater(out["acc"], 0.8, "a trained model tells the stripes apart; chance is 1/3")
         self.assertGreater(out["lines"], 5)  # the trainer's progress came through the stream
         self.assertEqual(len(out["sha"]), 64)
 

@@ -147,11 +147,28 @@ class OperationsTest(unittest.TestCase):
 
 @unittest.skipUnless(V2, "the policies' tables are compared with torchvision.transforms.v2's")
 class PoliciesTest(unittest.TestCase):
-    TRANSFORMS = {
-        "trivialaugment_wide": lambda: TV2.TrivialAugmentWide(),
-        "randaugment": lambda: TV2.RandAugment(),
-        "autoaugment": lambda: TV2.AutoAugment(),
-    }
+    # (label, crucible's name, AutoAugment policy, torchvision's transform)
+    TRANSFORMS = [
+        ("trivialaugment_wide", "trivialaugment_wide", "imagenet", lambda: TV2.TrivialAugmentWide()),
+        ("randaugment", "randaugment", "imagenet", lambda: TV2.RandAugment()),
+        ("autoaugment imagenet", "autoaugment", "imagenet",
+         lambda: TV2.AutoAugment(torchvision.transforms.AutoAugmentPolicy.IMAGENET)),
+        ("autoaugment cifar10", "autoaugment", "cifar10",
+         lambda: TV2.AutoAugment(torchvision.transforms.AutoAugmentPolicy.CIFAR10)),
+        ("autoaugment svhn", "autoaugment", "svhn",
+         lambda: TV2.AutoAugment(torchvision.transforms.AutoAugmentPolicy.SVHN)),
+    ]
+
+    def test_autoaugment_tables_equal_torchvision(self):
+        # Every sub-policy of the three policies: each step's op, probability and magnitude bin.
+        compared = 0
+        for policy in torchvision.transforms.AutoAugmentPolicy:
+            theirs = [tuple(tuple(step) for step in sub) for sub in TV2.AutoAugment(policy)._policies]
+            ours = [tuple(tuple(step) for step in sub) for sub in C.autoaugment_policy(policy.value)]
+            self.assertEqual(ours, theirs, policy)
+            compared += len(ours)
+        self.assertEqual(compared, 75)
+        print(f"\nAutoAugment: the {compared} sub-policies of imagenet, cifar10 and svhn equal torchvision's")
 
     def test_magnitudes_equal_torchvision_tables(self):
         from crucible import _native
@@ -211,7 +228,7 @@ class PoliciesTest(unittest.TestCase):
 
     def test_policies_apply_torchvision_transform_of_their_draws(self):
         rnd = Images(1)
-        for name, make in self.TRANSFORMS.items():
+        for label, name, policy, make in self.TRANSFORMS:
             for interpolation in ("nearest", "bilinear"):
                 t = make()
                 t.interpolation = IM.NEAREST if interpolation == "nearest" else IM.BILINEAR
@@ -219,18 +236,18 @@ class PoliciesTest(unittest.TestCase):
                 for index in range(60):
                     img = rnd.image(index % 4)
                     c, h, w = img.shape
-                    ours = C.augment(img, name, seed=11, index=index, interpolation=interpolation)
+                    ours = C.augment(img, name, seed=11, index=index, interpolation=interpolation, policy=policy)
                     theirs = img
-                    for op, _, m in C.plan(name, seed=11, index=index, width=w, height=h):
+                    for op, _, m in C.plan(name, seed=11, index=index, width=w, height=h, policy=policy):
                         theirs = t._apply_image_or_video_transform(theirs, op, m, interpolation=t.interpolation,
                                                                    fill=t._fill)
                     d = (ours.int() - theirs.int()).abs()
                     worst, off, total = max(worst, int(d.max())), off + int((d > 0).sum()), total + d.numel()
-                print(f"\n{name} ({interpolation}) vs torchvision's transform of the same draws: max {worst} levels, "
+                print(f"\n{label} ({interpolation}) vs torchvision's transform of the same draws: max {worst} levels, "
                       f"{100 * off / total:.4f}% of pixels differ")
-                self.assertLess(off / total, 0.001, name)
+                self.assertLess(off / total, 0.001, label)
                 if interpolation == "nearest":
-                    self.assertEqual(worst, 0, name)
+                    self.assertEqual(worst, 0, label)
 
     def test_augmix_is_a_mix_of_the_image(self):
         img = Images(2).image(1)
@@ -240,6 +257,83 @@ class PoliciesTest(unittest.TestCase):
         self.assertTrue(torch.equal(a, b))
         self.assertFalse(torch.equal(a, c))
         self.assertEqual(a.shape, img.shape)
+
+
+def augmix_with_draws(t, img, m, weights, chains):
+    """torchvision's AugMix `t` applied to `img` with crucible's draws: its two Dirichlet samples,
+    each chain's depth, op, severity bin and sign replaced by the planned ones; checks that it
+    asks for exactly as many draws as were planned."""
+    space = t._AUGMENTATION_SPACE if t.all_ops else t._PARTIAL_AUGMENTATION_SPACE
+    dirichlet = [torch.tensor([list(m)], dtype=torch.float32), torch.tensor([list(weights)], dtype=torch.float32)]
+    ops, ints, signs = [], [], []
+    for chain in chains:
+        if t.chain_depth <= 0:
+            ints.append(len(chain))
+        for op, b, magnitude in chain:
+            ops.append(op)
+            if b >= 0:
+                ints.append(b)
+                if space[op][1]:  # a signed op: torch.rand(()) <= 0.5 negates
+                    signs.append(0.25 if math.copysign(1.0, magnitude) < 0 else 0.75)
+    t._sample_dirichlet = lambda params: dirichlet.pop(0)
+    t._get_random_item = lambda dct: (lambda k: (k, dct[k]))(ops.pop(0))
+    real_randint, real_rand = torch.randint, torch.rand
+    torch.randint = lambda *a, **k: torch.tensor([ints.pop(0)])
+    torch.rand = lambda *a, **k: torch.tensor(signs.pop(0))
+    try:
+        out = t(img)
+    finally:
+        torch.randint, torch.rand = real_randint, real_rand
+    assert not (dirichlet or ops or ints or signs), "torchvision drew fewer values than crucible planned"
+    return out
+
+
+@unittest.skipUnless(V2, "compared with torchvision.transforms.v2's AugMix and rotate")
+class AugMixAndQuarterTurnsTest(unittest.TestCase):
+    def test_augmix_equals_torchvision_given_the_same_draws(self):
+        rnd = Images(5)
+        settings = [dict(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0, all_ops=True),
+                    dict(severity=10, mixture_width=1, chain_depth=2, alpha=0.5, all_ops=False),
+                    dict(severity=1, mixture_width=4, chain_depth=-1, alpha=3.0, all_ops=True)]
+        for interpolation in ("nearest", "bilinear"):
+            worst, off, total, ops = 0, 0, 0, 0
+            for index in range(45):
+                img = rnd.image(index % 4)
+                c, h, w = img.shape
+                o = settings[index % 3]
+                ours = C.augment(img, "augmix", seed=9, index=index, interpolation=interpolation, **o)
+                m, weights, chains = C.augmix_plan(seed=9, index=index, width=w, height=h, **o)
+                t = TV2.AugMix(interpolation=IM.NEAREST if interpolation == "nearest" else IM.BILINEAR, **o)
+                theirs = augmix_with_draws(t, img, m, weights, chains)
+                self.assertEqual(theirs.dtype, torch.uint8)
+                d = (ours.int() - theirs.int()).abs()
+                worst, off, total = max(worst, int(d.max())), off + int((d > 0).sum()), total + d.numel()
+                ops += sum(len(chain) for chain in chains)
+            print(f"\naugmix ({interpolation}) vs torchvision's AugMix of the same draws ({ops} ops): max {worst} "
+                  f"levels, {100 * off / total:.4f}% of pixels differ")
+            self.assertLess(off / total, 0.001)
+            self.assertLessEqual(worst, 0 if interpolation == "nearest" else 2)
+
+    def test_quarter_turns_equal_torchvision(self):
+        # rotate's exact quarter turns: torchvision takes torch.rot90 for 180 degrees, and for 90
+        # and 270 on square images; other sizes go through its sampling grid, as crucible's do.
+        rnd = Images(6)
+        checked = 0
+        for trial in range(12):
+            img = rnd.image(trial)
+            c, h, w = img.shape
+            for angle in (90, 180, 270, -90, -180, -270, 450, 360, 0, 720, 90.0 + 360.0):
+                for name, mode in (("nearest", IM.NEAREST), ("bilinear", IM.BILINEAR)):
+                    theirs = T.rotate(img, angle, interpolation=mode)
+                    ours = C.rotate(img, angle, interpolation=name)
+                    d = (ours.int() - theirs.int()).abs()
+                    if h == w or angle % 180 == 0 or name == "nearest":
+                        self.assertEqual(int(d.max()), 0, f"{angle} degrees, {name}, {w}x{h}")
+                    else:
+                        self.assertLessEqual(int(d.max()), 1, f"{angle} degrees, {name}, {w}x{h}")
+                        self.assertLess(float((d > 0).float().mean()), 0.001)
+                    checked += 1
+        print(f"\nrotate by multiples of 90 degrees: {checked} cases equal torchvision's")
 
 
 if __name__ == "__main__":

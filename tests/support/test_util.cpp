@@ -166,13 +166,34 @@ bool Child::running() {
 std::string Child::out() const { return read_text(out_path_); }
 std::string Child::err() const { return read_text(err_path_); }
 
-std::string run_python(const std::string& script) {
+std::string oracle_python() {
+#ifdef CRUCIBLE_TEST_ORACLE_PYTHON
+  return CRUCIBLE_TEST_ORACLE_PYTHON;
+#else
+  return kPython;
+#endif
+}
+
+bool oracle_has_transforms_v2() {
+  static const bool has = [] {
+    return run_python("try:\n    from torchvision.transforms import v2\n    print(hasattr(v2, 'MixUp'))\n"
+                      "except ImportError:\n    print(False)\n")
+               .rfind("True", 0) == 0;
+  }();
+  return has;
+}
+
+std::string run_python_in(const std::string& python, const std::string& script) {
   TempDir dir;
   write_text(dir / "oracle.py", script);
-  CommandResult r = run_command({kPython, dir / "oracle.py"});
-  if (r.exit_code != 0) throw std::runtime_error("python oracle failed (exit " + std::to_string(r.exit_code) + "):\n" + r.err);
+  CommandResult r = run_command({python, dir / "oracle.py"});
+  if (r.exit_code != 0) {
+    throw std::runtime_error(python + " failed (exit " + std::to_string(r.exit_code) + "):\n" + r.err);
+  }
   return r.out;
 }
+
+std::string run_python(const std::string& script) { return run_python_in(oracle_python(), script); }
 
 std::string python_read_safetensors(const std::string& path) {
   return "import json, struct, numpy as np\n"
@@ -190,7 +211,7 @@ std::string crucible_binary() {
 }
 
 nlohmann::json read_tfevents(const std::string& dir) {
-  return nlohmann::json::parse(run_python("import runpy, sys\n"
+  return nlohmann::json::parse(run_python_in(kPython, "import runpy, sys\n"
                                           "sys.argv = ['read_tfevents.py', '" + dir + "']\n"
                                           "runpy.run_path('" CRUCIBLE_TEST_SUPPORT_DIR
                                           "/read_tfevents.py', run_name='__main__')\n"));

@@ -1,5 +1,5 @@
 // Helpers shared by crucible's tests: temporary folders, running a program (the crucible
-// binary, Debian's python3 as an oracle) and capturing its output. Torch-free.
+// binary, a Python with torch and torchvision as an oracle) and capturing its output. Torch-free.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -84,12 +84,21 @@ class Child {
   std::string out_path_, err_path_;
 };
 
-// Debian's python with numpy and torch (the oracle), never a python earlier on PATH.
+// Debian's python, never a python earlier on PATH: numpy, torch 1.13, torchvision 0.14, PIL, and
+// the tools tests use (protobuf and crc32c for TensorBoard files).
 constexpr const char* kPython = "/usr/bin/python3";
 
-// Runs a Python script and returns its stdout; fails the calling test (via exception) on a
-// non-zero exit.
+// The Python whose torch and torchvision are the oracle: in a build against torch 2.x (make
+// test-torch2) its venv's (torchvision with transforms.v2), else Debian's (kPython).
+std::string oracle_python();
+// Whether the oracle has torchvision.transforms.v2 (MixUp, CutMix, RandomErasing): a test that
+// compares with v2 skips without it, saying that make test-torch2 runs it.
+bool oracle_has_transforms_v2();
+
+// Runs a Python script with the oracle Python (run_python) or another (run_python_in) and
+// returns its stdout; fails the calling test (via exception) on a non-zero exit.
 std::string run_python(const std::string& script);
+std::string run_python_in(const std::string& python, const std::string& script);
 
 std::string read_text(const std::string& path);
 

@@ -2,11 +2,14 @@
 // - λ from Beta(α, α): a Kolmogorov–Smirnov test of the drawn λ against the Beta CDF (the
 //   regularised incomplete beta function, by its continued fraction), for α = 0.2 and 1; with both
 //   alphas set, MixUp or CutMix is chosen per batch with probability 1/2 (a binomial bound);
-// - the CutMix box and corrected λ are exact against torchvision's make_params given λ and the
-//   centre, on a grid (the oracle: v2.CutMix itself where the Python has it, its code otherwise);
+// - the CutMix box and corrected λ are exact against v2.CutMix's make_params given λ and the
+//   centre, on a grid;
 // - the batch transforms' images and soft targets equal v2.MixUp / v2.CutMix given the same draw;
-// - random erasing: the erased share follows p, every box keeps torchvision's scale and ratio
-//   bounds, holds the value, and nothing outside it changes;
+// - random erasing: each sample's image equals v2.RandomErasing's given the same draws (its
+//   apply draw, each try's area share and log ratio, top and left), the erased share follows p,
+//   every box keeps torchvision's scale and ratio bounds, and nothing outside it changes;
+// The oracle is torchvision.transforms.v2 itself (oracle_python(): the venv's in make
+// test-torch2); with Debian's torchvision 0.14, which has no v2, those comparisons skip.
 // - every draw is a pure function of (seed, step, rank) — or (seed, epoch, sample) — (law 1,
 //   PITFALLS T15).
 #include "crucible/train/mixup.h"
@@ -22,6 +25,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "crucible/train/batch_transform.h"
 #include "test_util.h"
@@ -134,44 +138,34 @@ TEST(MixUp, DrawsArePureFunctionsOfSeedStepAndRank) {
   EXPECT_GT(differs_by_seed, 45);
 }
 
-// torchvision's CutMix.make_params given λ and the centre: v2.CutMix itself (its Beta sample and
-// torch.randint replaced by the given values) where the Python has it, else its code.
+// v2.CutMix.make_params given λ and the centre (its Beta sample and torch.randint replaced by the
+// given values).
 constexpr const char* kCutMixOracle = R"PY(
 import math, sys, torch
+from torchvision.transforms import v2
 cases = [tuple(float(v) for v in line.split()) for line in sys.stdin.read().strip().splitlines()]
-try:
-    from torchvision.transforms import v2
-    have_v2 = hasattr(v2, 'CutMix')
-except ImportError:
-    have_v2 = False
-print('v2' if have_v2 else 'code')
 for lam, rx, ry, W, H in cases:
     rx, ry, W, H = int(rx), int(ry), int(W), int(H)
-    if have_v2:
-        cm = v2.CutMix(num_classes=3)
-        class Fixed:
-            def sample(self, shape=()): return torch.tensor(lam, dtype=torch.float64)
-        cm._dist = Fixed()
-        draws = [torch.tensor([rx]), torch.tensor([ry])]
-        real = torch.randint
-        torch.randint = lambda *a, **k: draws.pop(0)
-        try:
-            make = getattr(cm, 'make_params', None) or getattr(cm, '_get_params')
-            p = make([torch.zeros(2, 1, H, W)])
-        finally:
-            torch.randint = real
-        x1, y1, x2, y2 = p['box']
-        lam_adjusted = p['lam_adjusted']
-    else:
-        r = 0.5 * math.sqrt(1.0 - lam)
-        r_w_half = int(r * W); r_h_half = int(r * H)
-        x1 = int(torch.clamp(torch.tensor([rx]) - r_w_half, min=0))
-        y1 = int(torch.clamp(torch.tensor([ry]) - r_h_half, min=0))
-        x2 = int(torch.clamp(torch.tensor([rx]) + r_w_half, max=W))
-        y2 = int(torch.clamp(torch.tensor([ry]) + r_h_half, max=H))
-        lam_adjusted = float(1.0 - (x2 - x1) * (y2 - y1) / (W * H))
-    print(int(x1), int(y1), int(x2), int(y2), repr(float(lam_adjusted)))
+    cm = v2.CutMix(num_classes=3)
+    class Fixed:
+        def sample(self, shape=()): return torch.tensor(lam, dtype=torch.float64)
+    cm._dist = Fixed()
+    draws = [torch.tensor([rx]), torch.tensor([ry])]
+    real = torch.randint
+    torch.randint = lambda *a, **k: draws.pop(0)
+    try:
+        make = getattr(cm, 'make_params', None) or getattr(cm, '_get_params')
+        p = make([torch.zeros(2, 1, H, W)])
+    finally:
+        torch.randint = real
+    x1, y1, x2, y2 = p['box']
+    print(int(x1), int(y1), int(x2), int(y2), repr(float(p['lam_adjusted'])))
 )PY";
+
+#define SKIP_WITHOUT_V2()                                                                                          \
+  if (!test::oracle_has_transforms_v2())                                                                          \
+  GTEST_SKIP() << "the oracle is torchvision.transforms.v2, which " << test::oracle_python()                      \
+               << "'s torchvision lacks: make test-torch2 runs this against the venv's"
 
 std::string run_python_stdin(const std::string& script, const std::string& input) {
   test::TempDir dir;
@@ -180,6 +174,7 @@ std::string run_python_stdin(const std::string& script, const std::string& input
 }
 
 TEST(MixUp, CutMixBoxIsExactGivenLambdaAndCentre) {
+  SKIP_WITHOUT_V2();
   struct Case {
     double lam;
     int64_t rx, ry, w, h;
@@ -196,9 +191,6 @@ TEST(MixUp, CutMixBoxIsExactGivenLambdaAndCentre) {
   std::string input;
   for (const auto& c : cases) input += fmt::format("{} {} {} {} {}\n", c.lam, c.rx, c.ry, c.w, c.h);
   std::istringstream out(run_python_stdin(kCutMixOracle, input));
-  std::string oracle;
-  out >> oracle;
-  std::cout << "CutMix oracle: " << (oracle == "v2" ? "torchvision.transforms.v2.CutMix" : "its code") << "\n";
   int checked = 0;
   for (const auto& c : cases) {
     int64_t x1 = 0, y1 = 0, x2 = 0, y2 = 0;
@@ -220,43 +212,28 @@ TEST(MixUp, CutMixBoxIsExactGivenLambdaAndCentre) {
 // same way on both sides (exact integers / 251 in float32).
 constexpr const char* kMixOracle = R"PY(
 import sys, torch
+from torchvision.transforms import v2
 kind, lam, rx, ry, B, C, H, W, K = sys.stdin.read().split()
 lam = float(lam); rx, ry, B, C, H, W, K = (int(v) for v in (rx, ry, B, C, H, W, K))
 x = (torch.arange(B * C * H * W) % 251).to(torch.float32).div(251).reshape(B, C, H, W)
 y = torch.arange(B) % K
+m = v2.MixUp(alpha=1.0, num_classes=K) if kind == 'mixup' else v2.CutMix(alpha=1.0, num_classes=K)
+class Fixed:
+    def sample(self, shape=()): return torch.tensor(lam, dtype=torch.float64)
+m._dist = Fixed()
+draws = [torch.tensor([rx]), torch.tensor([ry])]
+real = torch.randint
+torch.randint = lambda *a, **k: draws.pop(0)
 try:
-    from torchvision.transforms import v2
-    have = hasattr(v2, 'MixUp')
-except ImportError:
-    have = False
-if not have:  # torchvision 0.14: no v2; the same code as v2's _augment.py
-    t = torch.nn.functional.one_hot(y, K).to(torch.float32)
-    if kind == 'mixup':
-        out = x.roll(1, 0).mul_(1.0 - lam).add_(x.mul(lam))
-    else:
-        import math
-        r = 0.5 * math.sqrt(1.0 - lam); rw = int(r * W); rh = int(r * H)
-        x1, y1, x2, y2 = max(rx - rw, 0), max(ry - rh, 0), min(rx + rw, W), min(ry + rh, H)
-        out = x.clone(); out[..., y1:y2, x1:x2] = x.roll(1, 0)[..., y1:y2, x1:x2]
-        lam = float(1.0 - (x2 - x1) * (y2 - y1) / (W * H))
-    tt = t.roll(1, 0).mul_(1.0 - lam).add_(t.mul(lam))
-else:
-    m = v2.MixUp(alpha=1.0, num_classes=K) if kind == 'mixup' else v2.CutMix(alpha=1.0, num_classes=K)
-    class Fixed:
-        def sample(self, shape=()): return torch.tensor(lam, dtype=torch.float64)
-    m._dist = Fixed()
-    draws = [torch.tensor([rx]), torch.tensor([ry])]
-    real = torch.randint
-    torch.randint = lambda *a, **k: draws.pop(0)
-    try:
-        out, tt = m(x, y)
-    finally:
-        torch.randint = real
+    out, tt = m(x, y)
+finally:
+    torch.randint = real
 print(' '.join(repr(v) for v in out.flatten().tolist()))
 print(' '.join(repr(v) for v in tt.flatten().tolist()))
 )PY";
 
 TEST(MixUp, BatchTransformEqualsTorchvisionGivenTheDraw) {
+  SKIP_WITHOUT_V2();
   const int64_t B = 5, C = 3, H = 6, W = 8, K = 4;
   for (const double mixup : {0.4, 0.0}) {
     const double cutmix = mixup > 0 ? 0.0 : 1.0;
@@ -284,6 +261,77 @@ TEST(MixUp, BatchTransformEqualsTorchvisionGivenTheDraw) {
       }
     }
   }
+}
+
+// v2.RandomErasing on each sample with crucible's draws for it: torch.rand(1) (apply or not),
+// each try's torch.empty(1).uniform_ (the area share, then the log ratio) and the two
+// torch.randint (top, left). Writes every sample's image as float32 to the output path.
+constexpr const char* kEraseOracle = R"PY(
+import struct, sys, torch
+from torchvision.transforms import v2
+lines = sys.stdin.read().strip().splitlines()
+out_path = lines[0]
+B, C, H, W = (int(v) for v in lines[1].split())
+p, s0, s1, r0, r1 = (float(v) for v in lines[2].split())
+value = [float(v) for v in lines[3].split()]
+x = ((torch.arange(B * C * H * W) % 251).to(torch.float32).div(251) + 10).reshape(B, C, H, W)
+class Uniform:
+    def __init__(self, queue): self.queue = queue
+    def uniform_(self, lo, hi): return torch.tensor([self.queue.pop(0)], dtype=torch.float32)
+real = (torch.rand, torch.empty, torch.randint)
+outs = []
+for i, line in enumerate(lines[4:]):
+    f = line.split()
+    apply_draw, tries = float(f[0]), int(f[1])
+    uniforms = [float(v) for v in f[2:2 + 2 * tries]]
+    ints = [int(v) for v in f[2 + 2 * tries:]]
+    t = v2.RandomErasing(p=p, scale=(s0, s1), ratio=(r0, r1), value=value)
+    torch.rand = lambda *a, **k: torch.tensor([apply_draw], dtype=torch.float32)
+    torch.empty = lambda *a, **k: Uniform(uniforms)
+    torch.randint = lambda *a, **k: torch.tensor([ints.pop(0)])
+    try:
+        y = t(x[i].clone())
+    finally:
+        torch.rand, torch.empty, torch.randint = real
+    assert not uniforms and not ints, f"sample {i}: torchvision drew fewer values than crucible"
+    outs.append(y)
+open(out_path, 'wb').write(torch.stack(outs).contiguous().numpy().tobytes())
+)PY";
+
+TEST(RandomErasing, EachSampleEqualsTorchvisionsGivenTheSameDraws) {
+  SKIP_WITHOUT_V2();
+  const int64_t B = 120, C = 3, H = 20, W = 30;
+  const double p = 0.6;
+  const std::vector<double> value = {0.5, -1.0, 2.0};
+  auto t = random_erasing_transform(5, p, {0.02, 0.33}, {0.3, 3.3}, value);
+  DeviceBatch b;
+  b.images = (at::arange(B * C * H * W, at::kLong).remainder(251).to(at::kFloat).div(251) + 10).reshape({B, C, H, W});
+  b.targets = at::zeros({B}, at::kLong);
+  b.epoch = 2;
+  for (int64_t i = 0; i < B; ++i) b.sample_ids.push_back(300 + 3 * i);
+  t->apply(b);
+  test::TempDir d;
+  std::string input = fmt::format("{}\n{} {} {} {}\n{} 0.02 0.33 0.3 3.3\n{}\n", d / "theirs.f32", B, C, H, W, p,
+                                  fmt::join(value, " "));
+  int erased = 0, missed = 0;
+  for (int64_t i = 0; i < B; ++i) {
+    const EraseBox e = draw_erase(5, 2, 300 + 3 * i, p, 0.02, 0.33, 0.3, 3.3, W, H);
+    input += fmt::format("{:.9g} {}", e.apply_draw, e.tries);
+    for (int k = 0; k < e.tries; ++k) input += fmt::format(" {:.9g} {:.9g}", e.tried[k].first, e.tried[k].second);
+    if (e.erase) input += fmt::format(" {} {}", e.top, e.left);
+    input += "\n";
+    erased += e.erase;
+    missed += e.tries > 1;  // a try that did not fit came first
+  }
+  run_python_stdin(kEraseOracle, input);
+  const std::string bytes = test::read_text(d / "theirs.f32");
+  ASSERT_EQ(bytes.size(), static_cast<size_t>(B * C * H * W) * sizeof(float));
+  const at::Tensor theirs = at::from_blob(const_cast<char*>(bytes.data()), {B, C, H, W}, at::kFloat).clone();
+  for (int64_t i = 0; i < B; ++i) EXPECT_TRUE(b.images[i].equal(theirs[i])) << "sample " << 300 + 3 * i;
+  EXPECT_GT(erased, B / 3);   // the comparison covers erased samples …
+  EXPECT_LT(erased, B);       // … and samples left alone
+  std::printf("random erasing vs v2.RandomErasing: %lld samples equal (%d erased, %d after a try that did not fit)\n",
+              static_cast<long long>(B), erased, missed);
 }
 
 TEST(RandomErasing, FollowsTorchvisionsRulesPerSampleAndLeavesTheRestAlone) {

@@ -6,6 +6,7 @@
 // depend on the thread count or on a resume. The operations are image_ops.h. Torch-free.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,31 @@ class AugmentPolicy : public SampleTransform {
   ops::Interpolation interpolation_;
   ops::Fill fill_;
 };
+
+// AugMix's draws for one sample, in torchvision's order: m ~ Dirichlet(α, α), the chain weights
+// ~ Dirichlet(α × width) (both float32, as torch samples them; the weights before m[1] scales
+// them), then each chain's operations (1 to 3 of them at random unless chain_depth > 0), each
+// with its bin of 0 … severity-1 and its signed magnitude.
+struct AugMixPlan {
+  float m0 = 0, m1 = 0;
+  std::vector<float> weights;
+  std::vector<std::vector<PlannedOp>> chains;
+};
+
+// AugMix: m0·image + Σ_c weights[c]·m1·chain_c(image), in float32, truncated to uint8.
+class AugMixTransform : public SampleTransform {
+ public:
+  virtual AugMixPlan plan(SampleRng& rng, int width, int height) const = 0;
+};
+
+// The sub-policies of AutoAugment's `policy` (imagenet, cifar10, svhn) in torchvision's order:
+// each step's op, probability and magnitude bin of 10 (-1: an op without magnitudes).
+struct AutoAugmentStep {
+  AugmentOp op;
+  double p;
+  int bin;
+};
+std::vector<std::array<AutoAugmentStep, 2>> autoaugment_policy_table(const std::string& policy);
 
 // The transform data.augment names, or nullptr for "none". bad_input names the key of a bad option.
 std::shared_ptr<const SampleTransform> make_augment(const AugmentOptions& options);

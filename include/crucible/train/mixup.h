@@ -5,8 +5,10 @@
 // erasing of (seed, epoch, sample index) — a resumed or rerun step draws what it drew before.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace crucible::train {
@@ -38,6 +40,12 @@ MixDraw draw_mix(uint64_t seed, int64_t step, int64_t rank, double mixup_alpha, 
 struct EraseBox {
   bool erase = false;
   int64_t top = 0, left = 0, h = 0, w = 0;
+  // The draws as torchvision makes them, to hand it the same ones: torch.rand(1) against p, then
+  // per try the area share (uniform in scale) and the log aspect ratio (uniform in log ratio),
+  // both float32; top and left are its two torch.randint.
+  float apply_draw = 0;
+  int tries = 0;
+  std::array<std::pair<float, float>, 10> tried{};  // (area share, log ratio) of each try
 };
 EraseBox draw_erase(uint64_t seed, int64_t epoch, int64_t sample, double p, double scale_min, double scale_max,
                     double ratio_min, double ratio_max, int64_t width, int64_t height);

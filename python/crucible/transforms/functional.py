@@ -120,3 +120,15 @@ def plan(name, *, seed=0, epoch=0, index=0, width=224, height=224, policy="image
     numbers = {k: float(v) for k, v in options.items()}
     return _native.augment_plan(name, numbers, getattr(policy, "value", policy), int(seed), int(epoch), int(index),
                                 int(width), int(height))
+
+
+def augmix_plan(*, seed=0, epoch=0, index=0, width=224, height=224, **options):
+    """AugMix's draws for sample (seed, epoch, index): ((m0, m1), chain weights before m1 scales
+    them, [[(op, bin, signed magnitude)] per chain]), in torchvision's order of draws."""
+    numbers = {k: float(v) for k, v in options.items()}
+    return _native.augmix_plan(numbers, int(seed), int(epoch), int(index), int(width), int(height))
+
+
+def autoaugment_policy(policy="imagenet"):
+    """AutoAugment's sub-policies as torchvision's _policies lists them: ((op, p, bin or None), ...)."""
+    return _native.autoaugment_policy(getattr(policy, "value", policy))
