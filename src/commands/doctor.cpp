@@ -83,23 +83,90 @@ DoctorCheck check_bf16(const JobConfig& job) {
   return c;
 }
 
+// One thread produces samples of `p` for up to `seconds` (and at most one pass); what it read.
+struct Produced {
+  int64_t samples = 0;
+  double seconds = 0;
+  data::IoSnapshot io;
+  int64_t cache_growth = 0;  // bytes the RAM cache took meanwhile
+};
+Produced produce_for(const data::SamplePipeline& p, double seconds) {
+  Produced r;
+  std::vector<uint8_t> sample(static_cast<size_t>(p.output_spec().bytes()));
+  const data::IoSnapshot before = p.io();
+  const int64_t held = p.cache_held_bytes();
+  const auto t0 = Clock::now();
+  while ((r.seconds = seconds_since(t0)) < seconds && r.samples < p.size()) {
+    p.produce(r.samples, 0, sample.data());
+    ++r.samples;
+  }
+  r.seconds = seconds_since(t0);
+  r.io = p.io() - before;
+  r.cache_growth = p.cache_held_bytes() - held;
+  return r;
+}
+
+// D11: how fast one reader gets a split's files from storage, and what the RAM cache will hold.
+// `figures` carries the numbers (doctor --json).
+DoctorCheck check_io(const char* split, const data::SamplePipeline& p, const Produced& r) {
+  DoctorCheck c;
+  c.name = std::string("io_") + split;
+  const data::IoSnapshot& io = r.io;
+  const double files_per_s = r.seconds > 0 ? static_cast<double>(io.files) / r.seconds : 0;
+  const double bytes_per_s = r.seconds > 0 ? static_cast<double>(io.bytes) / r.seconds : 0;
+  const double ms_per_file = io.files > 0 ? 1e3 * io.read_seconds / static_cast<double>(io.files) : 0;
+  c.figures = {{"split", split},           {"files", io.files},           {"bytes", io.bytes},
+               {"seconds", r.seconds},     {"files_per_s", files_per_s},  {"bytes_per_s", bytes_per_s},
+               {"ms_per_file", ms_per_file}, {"read_share", r.seconds > 0 ? io.read_seconds / r.seconds : 0.0},
+               {"size", p.size()}};
+  c.found = fmt::format(
+      "{}: one thread read {} files ({}) in {:.2f} s while decoding them: {:.0f} files/s, {}/s; {:.3f} ms per read "
+      "({:.0f}% of its time)",
+      split, io.files, human_bytes(static_cast<uint64_t>(io.bytes)), r.seconds, files_per_s,
+      human_bytes(static_cast<uint64_t>(bytes_per_s)), ms_per_file,
+      r.seconds > 0 ? 100 * io.read_seconds / r.seconds : 0.0);
+  if (io.files > 0 && r.seconds > 0 && io.read_seconds > 0.5 * r.seconds) {
+    c.status = Status::kWarn;
+    c.fix = "reading takes more than half the time: the storage is slow for these files (many small files on a "
+            "network or spinning disk): pack them (crucible pack: page-aligned shards), or data.cache = \"encoded\"";
+  }
+  const std::string mode = p.cache_name();
+  if (mode != "none" && io.cache_misses > 0) {
+    // What the cache took per sample, times the split: does the budget hold it?
+    const double per_sample = static_cast<double>(r.cache_growth) / static_cast<double>(io.cache_misses);
+    const double needed = per_sample * static_cast<double>(p.size());
+    const double held = needed > 0 ? std::min(1.0, static_cast<double>(p.cache_budget_bytes()) / needed) : 1.0;
+    c.figures["cache"] = {{"mode", mode},
+                          {"budget_bytes", p.cache_budget_bytes()},
+                          {"needed_bytes", needed},
+                          {"expected_hit_rate", held}};
+    c.found += fmt::format("; data.cache = \"{}\" needs about {} for all {} samples, the budget is {}: from the "
+                           "second epoch on, {:.0f}% of reads hit the cache",
+                           mode, human_bytes(static_cast<uint64_t>(needed)), p.size(),
+                           human_bytes(static_cast<uint64_t>(p.cache_budget_bytes())), 100 * held);
+    if (held < 1.0) {
+      c.status = Status::kWarn;
+      c.fix = fmt::format("raise data.cache_mb to {} to hold the whole split (samples past the budget are read "
+                          "again every epoch)",
+                          static_cast<int64_t>(needed / (1 << 20)) + 1);
+    }
+  }
+  return c;
+}
+
 void check_data(const JobConfig& job, const data::SamplePipeline& train, double open_seconds, DoctorReport& report) {
   DoctorCheck d = doctor_check("data");
   const data::ImageSpec spec = train.output_spec();
-  std::vector<uint8_t> sample(static_cast<size_t>(spec.bytes()));
-  int64_t produced = 0;
-  const auto t0 = Clock::now();
-  double dt = 0;
-  while ((dt = seconds_since(t0)) < 1.0 && train.size() > 0) {
-    train.produce(produced % train.size(), 0, sample.data());
-    ++produced;
-  }
+  const Produced p = produce_for(train, 1.0);
+  const int64_t produced = p.samples;
+  const double dt = p.seconds;
   const double rate = dt > 0 ? static_cast<double>(produced) / dt : 0;
   d.found = fmt::format("{} training samples of {} ({}), opened in {:.1f} s; one thread produces {:.0f} samples/s "
                         "({:.1f} MB/s of model input)",
                         train.size(), spec.to_string(), train.describe(), open_seconds, rate,
                         rate * static_cast<double>(spec.bytes()) / 1e6);
   report.checks.push_back(d);
+  report.checks.push_back(check_io("train", train, p));
 
   DoctorCheck r = doctor_check("ram_cache");
   const double decoded = static_cast<double>(train.size()) * static_cast<double>(spec.bytes());
@@ -133,7 +200,7 @@ DoctorReport run_doctor(const JobConfig& job, int local_ranks) {
   try {
     ds = make_data(job, derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kAugment));
   } catch (const Error& e) {
-    report.checks.push_back({"data", Status::kFail, e.what(), "fix the data keys the message names"});
+    report.checks.push_back({"data", Status::kFail, e.what(), "fix the data keys the message names", nullptr});
     return report;
   }
   const double open_seconds = seconds_since(t0);
@@ -145,6 +212,7 @@ DoctorReport run_doctor(const JobConfig& job, int local_ranks) {
                                  : cores;
   report.checks.push_back(check_open_files(*ds.train, loader_threads, chosen));
   check_data(job, *ds.train, open_seconds, report);
+  report.checks.push_back(check_io("test", *ds.test, produce_for(*ds.test, 0.5)));
   // The disk: checkpoints of this model and optimizer against the space free under run.dir.
   const data::ImageSpec spec = ds.train->output_spec();
   std::unique_ptr<nn::Model> model = nn::make_model(job.model, spec.channels, spec.height, spec.width, ds.num_classes);

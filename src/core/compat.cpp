@@ -1,5 +1,6 @@
 // libtorch version shims (see compat.h).
 #include "crucible/core/compat.h"
+#include "crucible/core/memory.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
@@ -249,12 +250,26 @@ double timeline_seconds(TimelineMark& from, TimelineMark& to) {
 #endif
 }
 
-void release_cached_memory(c10::Device device) {
+int64_t release_cached_memory(c10::Device device) {
 #if defined(CRUCIBLE_WITH_CUDA)
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
-#else
-  (void)device;  // CPU memory goes back to malloc as tensors die; nothing is cached
+  if (device.is_cuda()) {
+    const int64_t before = cached_memory_bytes(device);
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    return std::max<int64_t>(0, before - cached_memory_bytes(device));
+  }
 #endif
+  // CPU tensors go back to malloc as they die, and glibc keeps the memory (tune_host_allocator).
+  return release_freed_host_memory();
+}
+
+int64_t held_memory_bytes(c10::Device device) {
+#if defined(CRUCIBLE_WITH_CUDA)
+  if (device.is_cuda()) {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).reserved_bytes[0].current;
+  }
+#endif
+  (void)device;
+  return static_cast<int64_t>(resident_memory_bytes());
 }
 
 int64_t cached_memory_bytes(c10::Device device) {

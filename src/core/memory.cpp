@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>  // defines __GLIBC__ on glibc systems
 #include <fstream>
 #include <sstream>
@@ -28,6 +29,24 @@ bool tune_host_allocator() {
   return ok;
 #else
   return false;
+#endif
+}
+
+uint64_t resident_memory_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  const long page = sysconf(_SC_PAGESIZE);
+  return page > 0 ? resident * static_cast<uint64_t>(page) : 0;
+}
+
+int64_t release_freed_host_memory() {
+#if defined(__GLIBC__)
+  const auto before = static_cast<int64_t>(resident_memory_bytes());
+  malloc_trim(0);
+  return std::max<int64_t>(0, before - static_cast<int64_t>(resident_memory_bytes()));
+#else
+  return 0;
 #endif
 }
 

@@ -440,8 +440,9 @@ JpegHeader read_jpeg_header(const uint8_t* data, size_t size, const std::string&
   return h;
 }
 
-ImageInfo probe_jpeg(const uint8_t* data, size_t size, const std::string& name) {
-  const JpegHeader h = read_jpeg_header(data, size, name);
+ImageInfo probe_jpeg(const uint8_t* data, size_t size, const std::string& name, bool exif_orientation) {
+  JpegHeader h = read_jpeg_header(data, size, name);
+  if (!exif_orientation) h.orientation = 1;
   ImageInfo info;
   info.width = transposes(h.orientation) ? h.height : h.width;
   info.height = transposes(h.orientation) ? h.width : h.height;
@@ -452,7 +453,8 @@ ImageInfo probe_jpeg(const uint8_t* data, size_t size, const std::string& name) 
 }
 
 DecodedImage decode_jpeg(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& options) {
-  const JpegHeader h = read_jpeg_header(data, size, name);
+  JpegHeader h = read_jpeg_header(data, size, name);
+  if (!options.exif_orientation) h.orientation = 1;
   const int o = h.orientation;
   const bool t = transposes(o);
   const int display_w = t ? h.height : h.width, display_h = t ? h.width : h.height;
@@ -461,7 +463,7 @@ DecodedImage decode_jpeg(const uint8_t* data, size_t size, const std::string& na
   const Rect& r = result.region;
 
   // Everything below is in scaled pixels: the display rectangle, then the stored one it shows.
-  const int m = choose_scale(r, display_w, display_h, options.min_width, options.min_height);
+  const int m = options.dct_scaling ? choose_scale(r, display_w, display_h, options.min_width, options.min_height) : 8;
   const Span dx = scaled_span(r.x, r.width, display_w, m), dy = scaled_span(r.y, r.height, display_h, m);
   const int64_t scaled_w = (int64_t(h.width) * m + 7) / 8, scaled_h = (int64_t(h.height) * m + 7) / 8;
   Span sx = t ? dy : dx, sy = t ? dx : dy;
@@ -657,10 +659,10 @@ const char* encoding_name(Encoding e) {
   return "unknown";
 }
 
-ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& name) {
+ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& name, bool exif_orientation) {
   switch (detect_encoding(data, size)) {
     case Encoding::kJpeg:
-      return probe_jpeg(data, size, name);
+      return probe_jpeg(data, size, name, exif_orientation);
     case Encoding::kPng:
       return probe_png(data, size, name);
     case Encoding::kRaw: {

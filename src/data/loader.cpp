@@ -135,7 +135,20 @@ void Loader::cancel_and_wait() {
   ready_.clear();
 }
 
+double Loader::active_seconds() const {
+  return served_seconds_ +
+         (serving_since_ ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *serving_since_).count()
+                         : 0.0);
+}
+
+void Loader::pause_clock() {
+  served_seconds_ = active_seconds();
+  serving_since_.reset();
+}
+
 void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
+  pause_clock();
+  serving_since_ = std::chrono::steady_clock::now();
   auto order = std::make_shared<const std::vector<int64_t>>(sampler_->epoch_order(epoch));
   auto copies = std::make_shared<const std::vector<int64_t>>(sampler_->epoch_copies(epoch));
   if (!copies->empty() && copies->size() != order->size()) {
@@ -191,7 +204,10 @@ void Loader::schedule_locked() {
 std::optional<Batch> Loader::next() {
   std::unique_lock<std::mutex> lock(mu_);
   if (epoch_ < 0) throw std::logic_error("Loader::next before start_epoch");
-  if (next_return_ >= batches_per_epoch()) return std::nullopt;
+  if (next_return_ >= batches_per_epoch()) {
+    pause_clock();
+    return std::nullopt;
+  }
   cv_.wait(lock, [this] { return ready_.count(next_return_) > 0; });
   auto it = ready_.find(next_return_);
   Slot slot = std::move(it->second);

@@ -2,6 +2,7 @@
 #include "crucible/data/pipeline.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -21,7 +22,9 @@ ArrayPipeline::ArrayPipeline(std::shared_ptr<const Source> source, SampleTransfo
 }
 
 int64_t ArrayPipeline::produce(int64_t index, int64_t epoch, uint8_t* dst) const {
+  const auto t0 = std::chrono::steady_clock::now();
   source_->copy_sample(index, dst);
+  io_.read(source_->spec().bytes(), t0);
   if (!transforms_.empty()) {
     const ImageSpec spec = source_->spec();
     SampleRng rng(seed_, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
@@ -130,8 +133,13 @@ int64_t ImagePipeline::produce_channels_first(int64_t index, int64_t epoch, uint
 int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool planar) const {
   const int crop = opt_.crop;
   std::shared_ptr<const Cached> cached = opt_.cache != CacheMode::kNone ? lookup(index) : nullptr;
+  if (opt_.cache != CacheMode::kNone) cached ? io_.cache_hit() : io_.cache_miss();
   EncodedSample sample;
-  if (!cached) sample = source_->get(index);
+  if (!cached) {
+    const auto t0 = std::chrono::steady_clock::now();
+    sample = source_->get(index);
+    io_.read(static_cast<int64_t>(sample.size), t0);
+  }
   const std::string& name = cached ? cached->name : sample.name;
   const int64_t label = cached ? cached->label : sample.label;
   const uint8_t* data = cached ? cached->bytes.data() : sample.data;
@@ -153,6 +161,7 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
     if (!decoded) {
       DecodeOptions full_options;
       full_options.fast = opt_.fast_decode;
+      full_options.exif_orientation = opt_.exif_orientation;
       DecodedImage full = decode_image(data, size, name, full_options);
       decoded_pixels_.fetch_add(int64_t{full.width} * full.height, std::memory_order_relaxed);
       auto e = std::make_shared<Cached>();
@@ -167,7 +176,7 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
     width = decoded->width;
     height = decoded->height;
   } else {
-    const ImageInfo info = probe_image(data, size, name);
+    const ImageInfo info = probe_image(data, size, name, opt_.exif_orientation);
     width = info.width;
     height = info.height;
   }
@@ -189,6 +198,8 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
       d.min_width = rc.resized_width;
       d.min_height = rc.resized_height;
       d.fast = opt_.fast_decode;
+      d.dct_scaling = opt_.dct_scaling;
+      d.exif_orientation = opt_.exif_orientation;
       d.padded_rows = true;
       d.recycle = &decode_storage;
       DecodedImage img = decode_image(data, size, name, d);
@@ -222,6 +233,8 @@ int64_t ImagePipeline::produce(int64_t index, int64_t epoch, uint8_t* dst, bool 
       d.min_width = crop;
       d.min_height = crop;
       d.fast = opt_.fast_decode;
+      d.dct_scaling = opt_.dct_scaling;
+      d.exif_orientation = opt_.exif_orientation;
       d.padded_rows = true;  // resized straight from libjpeg's rows
       d.recycle = &decode_storage;
       DecodedImage img = decode_image(data, size, name, d);
@@ -252,7 +265,9 @@ std::string ImagePipeline::describe() const {
                                 : fmt::format("short side to int({} / {}) = {}, as torchvision", opt_.crop,
                                               opt_.center_fraction,
                                               static_cast<int>(opt_.crop / opt_.center_fraction)),
-                     color_order_name(opt_.order), opt_.fast_decode ? "fast" : "accurate",
+                     color_order_name(opt_.order),
+                     fmt::format("{}{}{}", opt_.fast_decode ? "fast" : "accurate",
+                                 opt_.dct_scaling ? ", DCT-scaled" : ", full-scale", opt_.exif_orientation ? "" : ", EXIF orientation ignored"),
                      cache_mode_name(opt_.cache), opt_.cache == CacheMode::kNone ? "" : fmt::format(" (budget {} MiB)", opt_.cache_bytes >> 20));
 }
 

@@ -197,6 +197,8 @@ std::unique_ptr<Comm> Comm::connect(const World& world, c10::Device device, cons
   }
   impl->backend_name = backend;
   const auto timeout = to_ms(options.timeout_s);
+  // A host that does not resolve would be retried until the timeout by every rank: say so now.
+  check_host_resolves(world.master_addr, world.master_addr_from.empty() ? "MASTER_ADDR" : world.master_addr_from);
   try {
     impl->store = open_store(world, world.rank == 0, timeout);
   } catch (const std::exception& e) {

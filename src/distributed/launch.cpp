@@ -2,6 +2,7 @@
 // one process group per rank, and a sigtimedwait loop that reaps ranks, passes the
 // launcher's signals on and enforces the SIGTERM → SIGKILL grace period.
 #include "crucible/distributed/launch.h"
+#include "crucible/distributed/world.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -62,6 +63,7 @@ void validate(const LaunchOptions& o) {
     throw bad_input("launch: --master-port must be in [0, 65535] (0: pick a free one), found {}", o.master_port);
   }
   if (o.master_addr.empty()) throw bad_input("launch: --master-addr is empty");
+  check_host_resolves(o.master_addr, "launch --master-addr");
   if (o.command.empty() || o.command[0].empty()) {
     throw bad_input("launch: no command to run: give it after `--`, e.g. crucible launch --nproc 2 -- crucible train");
   }

@@ -1,6 +1,11 @@
 #include "crucible/distributed/world.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -127,6 +132,7 @@ World slurm_world(const std::function<const char*(const char*)>& getenv) {
   const char* addr = getenv("MASTER_ADDR");
   if (addr != nullptr && *addr != '\0') {
     w.master_addr = addr;
+    w.master_addr_from = "MASTER_ADDR";
   } else {
     const char* name = getenv("SLURM_STEP_NODELIST") != nullptr ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
     const char* list = getenv(name);
@@ -136,6 +142,7 @@ World slurm_world(const std::function<const char*(const char*)>& getenv) {
                       w.size);
     }
     w.master_addr = expand_slurm_nodelist(list, name).front();
+    w.master_addr_from = fmt::format("{}={} (its first host)", name, list);
   }
   // Every task derives the same port from the job id unless MASTER_PORT says otherwise.
   const int job = int_var(getenv, "SLURM_JOB_ID", 0, 0);
@@ -198,10 +205,12 @@ World world_from_env(const std::function<const char*(const char*)>& getenv) {
   }
   w.node_rank = int_var(getenv, "GROUP_RANK", w.rank / w.local_size, 0);
   w.master_addr = getenv("MASTER_ADDR");
+  w.master_addr_from = "MASTER_ADDR";
   w.master_port = int_var(getenv, "MASTER_PORT", 29500, 1);
   if (w.master_port > 65535) throw bad_input("MASTER_PORT={}: expected a port 1–65535", w.master_port);
   w.restarts = int_var(getenv, "TORCHELASTIC_RESTART_COUNT", 0, 0);
   if (const char* causes = getenv(kRestartCausesEnv); causes != nullptr) w.restart_causes = causes;
+  if (const char* id = getenv("TORCHELASTIC_RUN_ID"); id != nullptr) w.run_id = id;
   const char* agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
   w.agent_store = agent != nullptr && std::string(agent) == "True";  // Python's str(True), as torch compares it
   return w;
@@ -209,6 +218,29 @@ World world_from_env(const std::function<const char*(const char*)>& getenv) {
 
 World world_from_env() {
   return world_from_env([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+void check_host_resolves(const std::string& host, const std::string& from, double retry_s) {
+  using Clock = std::chrono::steady_clock;
+  const auto give_up = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(retry_s * 1000));
+  for (;;) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+    if (found != nullptr) ::freeaddrinfo(found);
+    if (rc == 0) return;
+    if (rc == EAI_AGAIN && Clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      continue;
+    }
+    const std::string why = rc == EAI_SYSTEM ? errno_text(errno) : ::gai_strerror(rc);
+    throw bad_input(
+        "rank 0's host \"{}\" (from {}) does not resolve: {}{}. Every rank reaches the rendezvous store there by "
+        "this name: check it for a typo, and that /etc/hosts or DNS knows it",
+        host, from, why, rc == EAI_AGAIN ? fmt::format(" for {:.0f} s (is DNS down?)", retry_s) : "");
+  }
 }
 
 void check_devices(const World& world, int device_count) {

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "crucible/core/error.h"
+#include "crucible/core/memory.h"
 #include "crucible/core/file.h"
 
 namespace crucible::obs {
@@ -721,6 +722,46 @@ std::string breakdown_html(const RunView& r) {
   return out + "</section>";
 }
 
+// D11: summary.io, each split's reads: files and bytes, their rates over the time the split was
+// served, the time per read, and the RAM cache's hits.
+std::string io_html(const RunView& r) {
+  const Json* io = field(r.summary(), "io");
+  if (io == nullptr || !io->is_object() || io->empty()) return "";
+  std::string rows;
+  for (const char* split : {"train", "test"}) {
+    const Json* s = field(io, split);
+    if (s == nullptr || !s->is_object()) continue;
+    double files = 0, bytes = 0, fps = 0, bps = 0, ms = 0;
+    number_at(s, "files", &files);
+    number_at(s, "bytes", &bytes);
+    const bool rates = number_at(s, "files_per_s", &fps) && number_at(s, "bytes_per_s", &bps);
+    const bool latency = number_at(s, "ms_per_file", &ms);
+    const Json* cache = field(s, "cache");
+    std::string cache_text = "none";
+    if (cache != nullptr && cache->is_object()) {
+      double hits = 0, misses = 0;
+      number_at(cache, "hits", &hits);
+      number_at(cache, "misses", &misses);
+      cache_text = string_at(cache, "mode") +
+                   (hits + misses > 0 ? fmt::format(": {:.1f}% hits ({} of {})", 100 * hits / (hits + misses),
+                                                    num(hits), num(hits + misses))
+                                      : ": no lookups");
+    }
+    rows += fmt::format(
+        "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+        split, num(files), esc(human_bytes(static_cast<uint64_t>(bytes))), rates ? num(std::round(fps)) : "—",
+        rates ? esc(human_bytes(static_cast<uint64_t>(bps))) + "/s" : "—", latency ? fmt::format("{:.3f}", ms) : "—",
+        esc(cache_text));
+  }
+  if (rows.empty()) return "";
+  return "<section class=\"io\"><h2>Reading the data</h2><p class=\"muted\">this session's reads by rank 0, each "
+         "split's rates over the time it was being served (D11)</p><table><tr><th>split</th><th class=\"num\">files"
+         "</th><th class=\"num\">bytes</th><th class=\"num\">files/s</th><th class=\"num\">bytes/s</th>"
+         "<th class=\"num\">ms per read</th><th>RAM cache</th></tr>" +
+         rows + "</table></section>";
+}
+
 // train.profile = "full": summary.layers, each layer's forward and backward milliseconds a step.
 std::string layers_html(const RunView& r) {
   const Json* layers = field(r.summary(), "layers");
@@ -1083,7 +1124,7 @@ std::string render_report(const std::vector<RunReportData>& runs, const std::str
   if (views.size() == 1) {
     const RunView& r = views.front();
     return page(r.label + " · crucible run report", header_html(r) + verdict_html(r) + breakdown_html(r) +
-                                                        layers_html(r) + curves_html(views) + config_html(r, defaults) +
+                                                        io_html(r) + layers_html(r) + curves_html(views) + config_html(r, defaults) +
                                                         environment_html(r) + files_html(r));
   }
   std::string title = "crucible comparison:";

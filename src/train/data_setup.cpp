@@ -28,6 +28,8 @@ std::shared_ptr<const data::SamplePipeline> image_pipeline(std::shared_ptr<const
   o.cache_bytes = job.data.cache_mb << 20;
   o.order = data::parse_color_order(job.data.color_order, "data.color_order");
   o.fast_decode = job.data.jpeg_decode == "fast";
+  o.dct_scaling = job.data.jpeg_dct_scaling;
+  o.exif_orientation = job.data.exif_orientation;
   o.augment_seed = seed;
   return std::make_shared<data::ImagePipeline>(std::move(source), o);
 }

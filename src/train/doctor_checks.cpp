@@ -146,6 +146,7 @@ std::string DoctorReport::to_json() const {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& c : checks) {
     out.push_back({{"name", c.name}, {"status", status_name(c.status)}, {"found", c.found}, {"fix", c.fix}});
+    if (!c.figures.is_null()) out.back()["figures"] = c.figures;
   }
   return nlohmann::json{{"checks", out}, {"failed", failed()}}.dump();
 }

@@ -54,6 +54,12 @@ void bind_run_data(JobConfig& j, ConfigSchema& s) {
   s.add("data", "jpeg_decode", &j.data.jpeg_decode,
         "images: JPEG decoding: fast integer IDCT + merged chroma upsampling, or libjpeg's accurate defaults")
       .choices({"fast", "accurate"});
+  s.add("data", "jpeg_dct_scaling", &j.data.jpeg_dct_scaling,
+        "images: decode a JPEG at the smallest DCT scale (1/8, 1/4, 1/2) that covers the output (D2); false: at full "
+        "resolution, as torchvision");
+  s.add("data", "exif_orientation", &j.data.exif_orientation,
+        "images: turn JPEGs as their EXIF orientation tag says; false: stored orientation, as torchvision's decode_jpeg "
+        "and PIL's Image.open");
   s.add("data", "color_order", &j.data.color_order, "channel order the pipeline delivers (D3)").choices({"RGB", "BGR"});
   s.add_enum("data", "bad_samples", &j.data.bad_samples,
              {{"fail", data::BadSamplePolicy::kFail}, {"skip", data::BadSamplePolicy::kSkip}},

@@ -8,6 +8,7 @@
 #include "crucible/core/config.h"
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
+#include "crucible/core/folder_lock.h"
 #include "crucible/core/log.h"
 
 namespace crucible::train {
@@ -33,7 +34,7 @@ std::vector<std::pair<std::string, std::string>> hyperparameters(const JobConfig
   return out;
 }
 
-RunDir::RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank)
+RunDir::RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank, std::optional<ProcessId> launcher)
     : path_((fs::path(job.run.dir) / job.run.name).string()) {
   const std::string ckpt_dir = (fs::path(path_) / "checkpoints").string();
   if (!main_rank) {  // rank 0 owns the run folder (law 4); the others read its checkpoints
@@ -44,6 +45,8 @@ RunDir::RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank)
   if (resume && !existed) {
     throw bad_input("--resume: run folder {} does not exist (nothing to resume; drop --resume to start)", path_);
   }
+  // One run per folder, taken before anything in it changes (--restart's discarding included).
+  lock_ = std::make_unique<FolderLock>(path_, FolderLock::Options{std::move(launcher)});
   if (restart && existed) {
     log_info("--restart: discarding the previous run in {}", path_);
     for (const char* f : {"metrics.jsonl", "summary.json", "train.log", "config.toml"}) fs::remove(fs::path(path_) / f);
@@ -83,6 +86,8 @@ RunDir::RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank)
   write_file_atomic(config_path, toml);
   set_log_file((fs::path(path_) / "train.log").string());
 }
+
+RunDir::~RunDir() = default;
 
 std::string RunDir::metrics_path() const { return (fs::path(path_) / "metrics.jsonl").string(); }
 std::string RunDir::tensorboard_dir() const { return (fs::path(path_) / "tb").string(); }

@@ -136,9 +136,44 @@ json host_reads_json(const SessionRecord& session, int64_t* total) {
 
 }  // namespace
 
-void SessionRecord::start(int64_t step) {
+void SessionRecord::start(int64_t step, const Job& job) {
   host_reads_at_start = host_read_counts();
   first_step = step;
+  const data::Loader* loaders[2] = {job.train_loader.get(), job.test_loader.get()};
+  for (size_t i = 0; i < 2; ++i) {
+    io_at_start[i] = loaders[i]->pipeline().io();
+    serving_at_start[i] = loaders[i]->active_seconds();
+  }
+}
+
+json io_json(const Job& job, const SessionRecord& session) {
+  json out = json::object();
+  const data::Loader* loaders[2] = {job.train_loader.get(), job.test_loader.get()};
+  for (size_t i = 0; i < 2; ++i) {
+    const data::SamplePipeline& p = loaders[i]->pipeline();
+    const data::IoSnapshot io = p.io() - session.io_at_start[i];
+    const double seconds = loaders[i]->active_seconds() - session.serving_at_start[i];
+    const auto per_s = [&](double n) { return seconds > 0 ? json(n / seconds) : json(nullptr); };
+    json cache = nullptr;
+    if (std::string(p.cache_name()) != "none") {
+      cache = {{"mode", p.cache_name()},
+               {"hits", io.cache_hits},
+               {"misses", io.cache_misses},
+               {"hit_rate", io.cache_hits + io.cache_misses > 0 ? json(io.hit_rate()) : json(nullptr)},
+               {"held_bytes", p.cache_held_bytes()},
+               {"budget_bytes", p.cache_budget_bytes()}};
+    }
+    out[i == 0 ? "train" : "test"] = {
+        {"files", io.files},
+        {"bytes", io.bytes},
+        {"seconds", seconds},
+        {"files_per_s", per_s(static_cast<double>(io.files))},
+        {"bytes_per_s", per_s(static_cast<double>(io.bytes))},
+        {"read_seconds", io.read_seconds},
+        {"ms_per_file", io.files > 0 ? json(1e3 * io.read_seconds / static_cast<double>(io.files)) : json(nullptr)},
+        {"cache", cache}};
+  }
+  return out;
 }
 
 std::array<int64_t, kHostReadReasons> SessionRecord::host_reads() const {
@@ -226,6 +261,10 @@ json summary_json(Job& job, const RunState& st, SessionRecord& session, const Tr
             {"samples", st.samples},
             {"bad_samples_skipped", job.train_loader->skipped_count() + job.test_loader->skipped_count()},
             {"skipped_samples", skipped},
+            {"io", io_json(job, session)},  // D11
+            {"epoch_end_memory", json{{"release", job.config.train.release_cache},  // T13
+                                      {"released_bytes", session.released_bytes},
+                                      {"held_bytes", session.held_bytes_after}}},
             {"doctor", job.doctor_json.empty() ? json(nullptr) : json::parse(job.doctor_json)},
             {"breakdown", breakdown},
             {"bottleneck", bottleneck},

@@ -156,7 +156,11 @@ struct Trainer::Impl {
 // choices the checkpoint stored.
 std::optional<CheckpointData> Trainer::Impl::open_run(std::string* ckpt_path) {
   job = join_job(config);
-  dir = std::make_unique<RunDir>(job->config, flags.resume, flags.restart, main_rank());
+  // Under a launcher that restarts ranks, the folder stays the launch's between restarts (its
+  // process is rank 0's parent: crucible launch and torchrun start the ranks themselves).
+  std::optional<ProcessId> launcher;
+  if (!job->world.run_id.empty()) launcher = parent_process();
+  dir = std::make_unique<RunDir>(job->config, flags.resume, flags.restart, main_rank(), launcher);
   std::optional<CheckpointData> ckpt;
   if (main_rank()) ckpt = dir->checkpoints().load_latest(ckpt_path);
   if (job->comm) {
@@ -260,9 +264,10 @@ TrainSummary Trainer::Impl::run() {
   obs::MetricSinks sinks;
   add_sinks(sinks);
   g_stop.store(false);
-  session.start(st.step);
+  session.start(st.step, *job);
   interval_first_step = st.step;
   run_epochs(sinks, stop_step);
+  job->train_loader->pause_clock();  // a stop inside an epoch: its reads end here (D11)
   sinks.pause();
   if (st.last_eval_step != st.step) {  // stopped by train.max_steps inside an epoch
     evaluate(sinks);
@@ -318,7 +323,10 @@ void Trainer::Impl::run_epochs(obs::MetricSinks& sinks, int64_t stop_step) {
       ++st.epoch;
       st.batch_in_epoch = 0;
       save_checkpoint();
-      if (c.train.release_cache) compat::release_cached_memory(job->device);  // T13
+      // T13: what the epoch's allocations left cached goes back; the memory held after each epoch
+      // end is recorded either way, so a creep shows.
+      if (c.train.release_cache) session.released_bytes.push_back(compat::release_cached_memory(job->device));
+      session.held_bytes_after.push_back(compat::held_memory_bytes(job->device));
     }
   }
 }

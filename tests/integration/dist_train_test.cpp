@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "crucible/distributed/launch.h"
@@ -295,7 +296,7 @@ TEST(DistTrain, TwoNodesRestartTogetherWhenOneNodesRankDiesBitExact) {
 
 // The pid of the process whose command line has `arg` and whose environment has `var` (e.g.
 // "RANK=1"), -1 when none.
-int find_process(const std::string& arg, const std::string& var) {
+[[maybe_unused]] int find_process(const std::string& arg, const std::string& var) {
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
@@ -348,28 +349,38 @@ TEST(DistTrain, TorchrunRunsAndRestartsCrucibleBitExactX10) {
 #endif
 }
 
-// Stragglers: a seam makes one rank 30 ms slower per step; the others wait for it at the
-// gradient sync. summary.json's bottleneck names that rank (rank 1, then rank 0) and how late
-// it arrives, each rank's wait is in it, the verdict is communication-bound, and the train
-// records carry every rank's wait. Without the seam nobody is named.
+// Stragglers: a seam makes one rank D = 150 ms slower per step; the other waits for it at the
+// gradient sync. Asserted is what the injection guarantees, so the test holds on a loaded machine
+// (ctest -j2 beside training runs, issue 35): summary.json's bottleneck names that rank (rank 1,
+// then rank 0) as the straggler, at least D/2 late per step and never later than a step lasts;
+// each rank's wait is in it and the straggler waits least; the verdict is communication-bound
+// (D is far above a fifth of a step: a step's compute would need to exceed 4·D to hide it); the
+// train records carry every rank's wait. Without the seam, a straggler named by chance (one rank
+// descheduled more than the other) is far less late than the injected one.
 TEST(DistTrain, TheStragglerIsNamedWithHowLateItArrives) {
   test::TempDir d;
+  constexpr double kDelayMs = 150;
   auto run = [&](const std::string& name, const std::string& seam) {
     if (!seam.empty()) ::setenv("CRUCIBLE_TEST_SLOW_RANK", seam.c_str(), 1);
     const auto r = test::run_command(launched(
-        2, train_cmd(d, name, {"--set", "train.max_steps=30", "--set", "data.train_samples=4096", "--set",
-                               "data.test_samples=100", "--set", "train.batch_size=64", "--set", "log.every_steps=10"})));
+        2, train_cmd(d, name, {"--set", "train.max_steps=16", "--set", "data.train_samples=4096", "--set",
+                               "data.test_samples=100", "--set", "train.batch_size=64", "--set", "log.every_steps=8"})));
     ::unsetenv("CRUCIBLE_TEST_SLOW_RANK");
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-    return json::parse(test::read_text(d.path() + "/" + name + "/summary.json"))["bottleneck"];
+    return json::parse(test::read_text(d.path() + "/" + name + "/summary.json"));
   };
+  double injected_late_ms = 1e9;
   for (int slow : {1, 0}) {
-    const json b = run("slow" + std::to_string(slow), std::to_string(slow) + ":30");
+    const json s = run("slow" + std::to_string(slow), fmt::format("{}:{}", slow, kDelayMs));
+    const json& b = s["bottleneck"];
     ASSERT_TRUE(b["straggler"].is_object()) << b.dump(1);
     EXPECT_EQ(b["straggler"]["rank"], slow) << b.dump(1);
-    EXPECT_GT(b["straggler"]["late_ms"].get<double>(), 15.0) << b.dump(1);
-    EXPECT_LT(b["straggler"]["late_ms"].get<double>(), 90.0) << b.dump(1);
-    EXPECT_EQ(b["verdict"], "communication-bound");
+    const double late_ms = b["straggler"]["late_ms"].get<double>();
+    const double step_ms = 1e3 * s["breakdown"]["step_seconds"].get<double>() / s["breakdown"]["steps"].get<double>();
+    EXPECT_GE(late_ms, kDelayMs / 2) << b.dump(1);
+    EXPECT_LE(late_ms, step_ms) << b.dump(1);
+    injected_late_ms = std::min(injected_late_ms, late_ms);
+    EXPECT_EQ(b["verdict"], "communication-bound") << b.dump(1) << "\nstep " << step_ms << " ms";
     expect_contains(b["evidence"].get<std::string>(), "for rank " + std::to_string(slow) + ", the straggler");
     EXPECT_LT(b["sync_wait_ms"][slow].get<double>(), b["sync_wait_ms"][1 - slow].get<double>());
     std::istringstream lines(test::read_text(d.path() + "/slow" + std::to_string(slow) + "/metrics.jsonl"));
@@ -380,9 +391,12 @@ TEST(DistTrain, TheStragglerIsNamedWithHowLateItArrives) {
       ++train_records;
       ASSERT_EQ(j["sync_wait_ms"].size(), 2u) << line;
     }
-    EXPECT_EQ(train_records, 3);
+    EXPECT_EQ(train_records, 2);
   }
-  EXPECT_TRUE(run("even", "")["straggler"].is_null());
+  const json even = run("even", "")["bottleneck"];
+  if (even["straggler"].is_object()) {
+    EXPECT_LT(even["straggler"]["late_ms"].get<double>(), injected_late_ms / 2) << even.dump(1);
+  }
 }
 
 // Bucketing is a schedule, not a result: one bucket or several (launched while backward runs)
@@ -498,6 +512,57 @@ TEST(DistTrain, SlurmTasksTrainAsTheLauncherDoes) {
   };
   EXPECT_EQ(sha("slurm"), sha("launch"));
   EXPECT_EQ(json::parse(test::read_text(d.path() + "/slurm/summary.json"))["world_size"], 2);
+}
+
+// A rendezvous host that does not resolve (a typo, a node list naming an unknown host, DNS down)
+// ends every task within seconds, exit 2, naming the host and where it came from, instead of each
+// task retrying the connection until dist.timeout_s (issue 35). Hosts under ".invalid" never
+// resolve (RFC 6761).
+TEST(DistTrain, AnUnknownRendezvousHostExitsTwoWithinSecondsNamingIt) {
+  test::TempDir d;
+  const std::initializer_list<std::string> job = {"--set", "train.max_steps=4", "--set", "data.train_samples=512",
+                                                  "--set", "data.test_samples=100", "--set", "dist.timeout_s=120"};
+  // SLURM: the first host of the step's node list.
+  const std::map<std::string, std::string> slurm = {
+      {"SLURM_JOB_ID", "4243"},         {"SLURM_STEP_ID", "0"},         {"SLURM_NTASKS", "2"},
+      {"SLURM_STEP_NUM_TASKS", "2"},    {"SLURM_NODEID", "0"},          {"SLURM_NNODES", "2"},
+      {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}, {"SLURM_STEP_NODELIST", "gpu-nosuch[07-08].invalid"}};
+  for (const auto& [k, v] : slurm) ::setenv(k.c_str(), v.c_str(), 1);
+  const auto t0 = Clock::now();
+  std::vector<std::unique_ptr<test::Child>> tasks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ::setenv("SLURM_PROCID", std::to_string(rank).c_str(), 1);
+    ::setenv("SLURM_NODEID", std::to_string(rank).c_str(), 1);
+    ::setenv("SLURM_LOCALID", "0", 1);
+    fs::create_directories(d / ("task" + std::to_string(rank)));
+    tasks.push_back(std::make_unique<test::Child>(train_cmd(d, "slurm", job), d / ("task" + std::to_string(rank))));
+  }
+  for (const auto& [k, v] : slurm) ::unsetenv(k.c_str());
+  for (const char* k : {"SLURM_PROCID", "SLURM_LOCALID"}) ::unsetenv(k);
+  for (auto& t : tasks) {
+    EXPECT_EQ(t->wait(), 2) << t->out() << t->err();
+    expect_contains(t->err(), {"\"gpu-nosuch07.invalid\"", "SLURM_STEP_NODELIST=gpu-nosuch[07-08].invalid",
+                               "does not resolve"});
+  }
+  const double slurm_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(slurm_s, 30.0) << "dist.timeout_s is 120";
+  // torchrun's variables: MASTER_ADDR.
+  const std::map<std::string, std::string> torchrun = {{"WORLD_SIZE", "2"}, {"RANK", "1"},          {"LOCAL_RANK", "0"},
+                                                       {"LOCAL_WORLD_SIZE", "1"}, {"MASTER_PORT", "29999"},
+                                                       {"MASTER_ADDR", "rank0-typo.invalid"}};
+  for (const auto& [k, v] : torchrun) ::setenv(k.c_str(), v.c_str(), 1);
+  const auto t1 = Clock::now();
+  const auto r = test::run_command(train_cmd(d, "torchrun", job));
+  for (const auto& [k, v] : torchrun) ::unsetenv(k.c_str());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  expect_contains(r.err, {"\"rank0-typo.invalid\" (from MASTER_ADDR)", "does not resolve"});
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t1).count(), 30.0);
+  // crucible launch: its --master-addr, before any rank starts.
+  const auto l = test::run_command({test::crucible_binary(), "launch", "--nproc", "2", "--master-addr",
+                                    "rank0-typo.invalid", "--", "true"});
+  EXPECT_EQ(l.exit_code, 2) << l.err;
+  expect_contains(l.err, {"\"rank0-typo.invalid\" (from launch --master-addr)", "does not resolve"});
+  std::printf("unknown host: SLURM tasks ended in %.1f s\n", slurm_s);
 }
 
 // M4: multi-scale training on 2 ranks runs each step at the size drawn from (seed, step) —

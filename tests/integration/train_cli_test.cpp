@@ -3,6 +3,8 @@
 // in the second epoch (law 1, law 5), fallback past a truncated checkpoint, reruns of a
 // finished or different run, and (label slow) the default recipe on 2 ranks against 1.
 // To add a case: build the command with small_run() and assert on files in the run folder.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -298,6 +300,91 @@ int64_t kill_in_second_epoch(const test::TempDir& d, const std::string& name,
   }
   ADD_FAILURE() << "run ended or stalled before a second-epoch checkpoint:\n" << child.err();
   return -1;
+}
+
+// One run per folder (issue 35): while a run trains, a second `crucible train` on its folder (with
+// --restart too) and a `crucible launch` of one exit 2 naming the holder (pid, host, since when),
+// and the first finishes untouched: its weights and its metrics are those of the same run alone.
+// (A SIGKILLed run leaves no lock behind: KilledInSecondEpochResumesBitForBit resumes in its folder.)
+TEST(TrainCli, ASecondRunOnAFolderInUseExitsTwoNamingTheHolder) {
+  test::TempDir d;
+  const auto alone = test::run_command(small_run(d, "alone", 1));
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  ::setenv("CRUCIBLE_TEST_SLOW_RANK", "0:150", 1);  // ~5 s more over the epoch's 32 steps: time to try
+  test::Child first(small_run(d, "shared", 1), d.path());
+  ::unsetenv("CRUCIBLE_TEST_SLOW_RANK");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline && first.running() &&
+         !fs::exists(d / "shared/checkpoints/ckpt-000000005.safetensors")) {  // it trains
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(first.running()) << first.err();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string holder = "pid " + std::to_string(first.pid()) + " on host " + host;
+  auto second = test::run_command(small_run(d, "shared", 1));
+  EXPECT_EQ(second.exit_code, 2) << second.err;
+  expect_contains(second.err, {"run folder", "is in use by", holder.c_str(), "since", "run.name"});
+  auto restart = test::run_command(with(small_run(d, "shared", 1), {"--restart"}));
+  EXPECT_EQ(restart.exit_code, 2) << restart.err;
+  expect_contains(restart.err, holder);
+  std::vector<std::string> launch = {test::crucible_binary(), "launch", "--nproc", "2", "--"};
+  for (const auto& a : small_run(d, "shared", 1)) launch.push_back(a);
+  auto launched = test::run_command(launch);
+  EXPECT_EQ(launched.exit_code, 2) << launched.err;
+  expect_contains(launched.err, holder);
+  EXPECT_TRUE(first.running()) << "the refusals must come while the first run trains";
+  ASSERT_EQ(first.wait(), 0) << first.err();
+  EXPECT_EQ(read_json(d / "shared/summary.json")["params_sha256"], read_json(d / "alone/summary.json")["params_sha256"]);
+  auto records = [](const std::string& path) {
+    std::vector<std::pair<std::string, int64_t>> out;
+    std::istringstream lines(test::read_text(path));
+    for (std::string line; std::getline(lines, line);) {
+      json j = json::parse(line);
+      out.emplace_back(j["type"], j["step"]);
+    }
+    return out;
+  };
+  EXPECT_EQ(records(d / "shared/metrics.jsonl"), records(d / "alone/metrics.jsonl"));
+  EXPECT_EQ(checkpoint_steps(d / "shared"), checkpoint_steps(d / "alone"));
+  // Free again once it ended: a rerun finds the run complete.
+  auto rerun = test::run_command(small_run(d, "shared", 1));
+  EXPECT_EQ(rerun.exit_code, 0) << rerun.err;
+  expect_contains(rerun.out, "already complete");
+}
+
+// T13: at every epoch end what the epoch's tensors left with the allocator goes back — on the CPU
+// the freed heap that glibc keeps for the next step's speed (tune_host_allocator), through
+// malloc_trim. The same run with and without train.release_cache: with it each epoch end gives
+// back tens of MiB and the process holds that much less after it; without it nothing is given
+// back; the weights are the same.
+TEST(TrainCli, EpochEndsGiveTheAllocatorsCachedMemoryBackT13) {
+  test::TempDir d;
+  auto run = [&](const std::string& name, const std::string& release) {
+    auto r = test::run_command({test::crucible_binary(), "train", "--set", "run.dir=" + d.path(), "--set",
+                                "run.name=" + name, "--set", "data.train_samples=1024", "--set",
+                                "data.test_samples=1000", "--set", "train.epochs=2", "--set", "train.batch_size=128",
+                                "--set", "train.eval_batch_size=500", "--set", "train.release_cache=" + release});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return read_json(d / (name + "/summary.json"));
+  };
+  const json on = run("release", "true"), off = run("keep", "false");
+  const json& m = on["epoch_end_memory"];
+  ASSERT_EQ(m["released_bytes"].size(), 2u) << m.dump();
+  ASSERT_EQ(m["held_bytes"].size(), 2u);
+  ASSERT_EQ(off["epoch_end_memory"]["held_bytes"].size(), 2u);
+  EXPECT_TRUE(off["epoch_end_memory"]["released_bytes"].empty());
+  constexpr int64_t kMiB = 1 << 20;
+  for (size_t e = 0; e < 2; ++e) {
+    const int64_t released = m["released_bytes"][e], held = m["held_bytes"][e];
+    const int64_t kept = off["epoch_end_memory"]["held_bytes"][e];
+    std::printf("epoch %zu end: released %lld MiB, holding %lld MiB (without the release: %lld MiB)\n", e + 1,
+                static_cast<long long>(released / kMiB), static_cast<long long>(held / kMiB),
+                static_cast<long long>(kept / kMiB));
+    EXPECT_GE(released, 16 * kMiB) << m.dump();
+    EXPECT_LE(held + 16 * kMiB, kept) << m.dump() << off["epoch_end_memory"].dump();
+  }
+  EXPECT_EQ(on["params_sha256"], off["params_sha256"]);
 }
 
 TEST(TrainCli, KilledInSecondEpochResumesBitForBit) {

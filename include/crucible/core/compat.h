@@ -64,9 +64,12 @@ bool built_with_cuda();
 // Makes `device` this process's current device (T2: before any collective); no-op on CPU.
 void bind_device(c10::Device device);
 
-// Releases memory the device's caching allocator holds but no tensor uses (T13, T16); no-op
-// on CPU.
-void release_cached_memory(c10::Device device);
+// Releases memory the device's caching allocator holds but no tensor uses (T13, T16); on the
+// CPU, the freed heap memory glibc keeps (release_freed_host_memory). Returns the bytes released.
+int64_t release_cached_memory(c10::Device device);
+// The memory this process holds on `device`: the caching allocator's reserved bytes on a GPU,
+// the resident set on the CPU.
+int64_t held_memory_bytes(c10::Device device);
 
 // A point on a device's timeline (a CUDA event with timing, recorded on the current stream):
 // device work is timed without synchronising. null on CPU, where host clocks time the work.

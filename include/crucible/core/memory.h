@@ -15,6 +15,15 @@ namespace crucible {
 // changed).
 bool tune_host_allocator();
 
+// Resident memory of this process (/proc/self/statm's resident pages × page size); 0 when unknown.
+uint64_t resident_memory_bytes();
+
+// T13 on the CPU: what tune_host_allocator keeps for the next step (freed blocks in glibc's
+// arenas, the untrimmed heap top) goes back to the kernel (malloc_trim), as a GPU's caching
+// allocator empties its cache. Returns the resident bytes that went (before − after, 0 when
+// none, or without glibc).
+int64_t release_freed_host_memory();
+
 // Bytes of physical memory (sysconf _SC_PHYS_PAGES × _SC_PAGE_SIZE); 0 when unknown.
 uint64_t physical_memory_bytes();
 

@@ -35,7 +35,9 @@ struct ImageInfo {
 };
 
 // Reads only the header. Throws crucible::Error (bad input) naming `name` and the problem.
-ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& name);
+// `exif_orientation` false: a JPEG's orientation tag is ignored (orientation 1, stored size), as
+// DecodeOptions::exif_orientation.
+ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& name, bool exif_orientation = true);
 
 // A rectangle in display coordinates (after orientation) of the full-resolution image.
 struct Rect {
@@ -50,6 +52,14 @@ struct DecodeOptions {
   // JPEG: libjpeg-turbo's fast integer IDCT and merged (non-"fancy") chroma upsampling, as
   // FFCV decodes: ~10% faster, pixels within a few levels of the accurate decode.
   bool fast = false;
+  // JPEG: decode at a reduced DCT scale (M/8) when min_width/min_height allow it (D2). Off: always
+  // at full resolution, as torchvision and PIL decode, then resized (the region is still decoded
+  // alone).
+  bool dct_scaling = true;
+  // JPEG: apply the EXIF orientation tag, so pixels come as a viewer shows the photo. Off: the
+  // stored orientation, as torchvision.io.decode_jpeg (apply_exif_orientation=False) and
+  // PIL's Image.open give them.
+  bool exif_orientation = true;
   // JPEG: the pixels may keep the columns libjpeg decodes beside the region (its crop starts at
   // an iMCU boundary), saving a copy of every row; read them through DecodedImage::data() and
   // stride(). Other formats, and rotated or CMYK JPEGs, come contiguous all the same.

@@ -120,6 +120,11 @@ class Loader {
   // Worker time spent building batches so far, summed over the threads (how busy the loader
   // is: this over threads × wall time).
   double busy_seconds() const { return static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9; }
+  // D11: wall seconds this loader has been serving epochs: from each start_epoch() to the
+  // next() that ends the epoch (or pause_clock(), or the next start_epoch()), summed; the time
+  // its reads are spread over.
+  double active_seconds() const;
+  void pause_clock();
 
  private:
   struct Slot {
@@ -148,6 +153,8 @@ class Loader {
   int64_t skipped_count_ = 0;                          // consumer only
   std::vector<std::string> skipped_names_;             // consumer only
   std::atomic<int64_t> busy_ns_{0};                    // workers' time in build()
+  std::optional<std::chrono::steady_clock::time_point> serving_since_;  // consumer only: the open window
+  double served_seconds_ = 0;                          // consumer only: closed windows
   std::unique_ptr<ThreadPool> pool_;                   // last: destroyed first
 };
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "crucible/data/image.h"
+#include "crucible/data/io_stats.h"
 #include "crucible/data/sample_source.h"
 #include "crucible/data/sample_transform.h"
 #include "crucible/data/source.h"
@@ -40,6 +41,15 @@ class SamplePipeline {
   // sample `index`'s targets into `dst` ([target_width()] floats).
   virtual int64_t target_width() const { return 0; }
   virtual void copy_targets(int64_t index, float* dst) const {}
+  // D11: the reads and cache lookups of every produce() so far.
+  IoSnapshot io() const { return io_.snapshot(); }
+  // The RAM cache (data.cache): "none", "encoded" or "decoded", its budget and what it holds.
+  virtual const char* cache_name() const { return "none"; }
+  virtual int64_t cache_budget_bytes() const { return 0; }
+  virtual int64_t cache_held_bytes() const { return 0; }
+
+ protected:
+  mutable IoCounters io_;
 };
 
 // Fixed-size samples of a Source (IDX images in RAM, array files mapped), with the sample
@@ -79,6 +89,8 @@ struct ImagePipelineOptions {
   int64_t cache_bytes = 0;     // budget of the cache; samples past it are not cached
   ColorOrder order = ColorOrder::kRGB;  // D3: BGR only when asked for
   bool fast_decode = true;  // DecodeOptions::fast for JPEG (data.jpeg_decode = "fast" | "accurate")
+  bool dct_scaling = true;       // DecodeOptions::dct_scaling (data.jpeg_dct_scaling)
+  bool exif_orientation = true;  // DecodeOptions::exif_orientation (data.exif_orientation)
   uint64_t augment_seed = 0;
 };
 
@@ -99,6 +111,9 @@ class ImagePipeline final : public SamplePipeline {
   int files_needed(int threads) const override;
   // Bytes held by the cache now.
   int64_t cached_bytes() const { return cache_used_.load(); }
+  const char* cache_name() const override { return cache_mode_name(opt_.cache); }
+  int64_t cache_budget_bytes() const override { return opt_.cache == CacheMode::kNone ? 0 : opt_.cache_bytes; }
+  int64_t cache_held_bytes() const override { return cache_used_.load(); }
   // Pixels the decoders have returned so far (width × height of each decode, at its DCT scale):
   // what D2 saves is visible here (a 512×384 JPEG evaluated at crop 32 decodes 64×48 pixels).
   int64_t decoded_pixels() const { return decoded_pixels_.load(std::memory_order_relaxed); }

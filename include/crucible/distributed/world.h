@@ -20,12 +20,16 @@ struct World {
   int local_size = 1;        // LOCAL_WORLD_SIZE: processes on this machine
   int node_rank = 0;         // GROUP_RANK when set, else rank / local_size
   std::string master_addr = "127.0.0.1";
+  std::string master_addr_from;  // where master_addr came from: "MASTER_ADDR", "SLURM_STEP_NODELIST", …
   int master_port = 29500;
 
   bool launched = false;     // started by a launcher (WORLD_SIZE set, even to 1): join a process group
   std::string launcher;      // "torchrun" (its variables: torchrun, crucible launch) or "slurm"; "" when not launched
   int restarts = 0;          // TORCHELASTIC_RESTART_COUNT: how often the launcher has restarted the group
   std::string restart_causes;  // crucible launch's JSON list of why (kRestartCausesEnv), "" when not given
+  // TORCHELASTIC_RUN_ID: set by the launchers that restart their ranks (torchrun, crucible
+  // launch), whose process then keeps the run folder between restarts (core/folder_lock.h).
+  std::string run_id;
   // TORCHELASTIC_USE_AGENT_STORE=True (torchrun, crucible launch --nnodes > 1): the launcher on
   // node 0 already serves the store at MASTER_ADDR:MASTER_PORT, so every rank, rank 0 too, is a
   // client of it, with keys under a prefix per restart (a restarted group never reads the last
@@ -49,6 +53,13 @@ World world_from_env();  // the process environment
 // bad_input naming `what` for an unbalanced bracket, an empty item or a range that runs
 // backwards.
 std::vector<std::string> expand_slurm_nodelist(const std::string& list, const std::string& what);
+
+// Resolves `host` (getaddrinfo, as the store's client will) and throws bad_input naming it and
+// `from`, the variable or option it came from, when it does not resolve: a typo or a node list
+// naming an unknown host ends within seconds instead of every rank retrying the connection until
+// dist.timeout_s. A temporary resolver failure (EAI_AGAIN: DNS down) is retried for up to
+// `retry_s` seconds first.
+void check_host_resolves(const std::string& host, const std::string& from, double retry_s = 10);
 
 // T2: a device count of 0 means CPU (any number of processes may share it); otherwise each
 // process on this machine needs its own device: bad_input when LOCAL_WORLD_SIZE exceeds it.

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "crucible/train/job_config.h"
 
 namespace crucible::nn {
@@ -24,6 +26,7 @@ struct DoctorCheck {
   Status status = Status::kOk;
   std::string found;  // what was measured, in words
   std::string fix;    // what to change (empty when ok)
+  nlohmann::json figures;  // the measured numbers, where a check has some (null otherwise)
 };
 
 struct DoctorReport {

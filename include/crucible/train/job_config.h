@@ -46,6 +46,8 @@ struct DataSection {
   data::CacheMode cache = data::CacheMode::kNone;  // images: none | encoded | decoded (D1)
   int64_t cache_mb = 0;       // budget of that cache
   std::string jpeg_decode = "fast";  // "fast" (fast IDCT, merged upsampling) | "accurate"
+  bool jpeg_dct_scaling = true;  // decode a JPEG at the smallest DCT scale that covers the output (D2)
+  bool exif_orientation = true;  // turn photos as their EXIF orientation tag says
   std::string color_order = "RGB";  // D3: channel order the pipeline delivers ("BGR" only when asked)
   data::BadSamplePolicy bad_samples = data::BadSamplePolicy::kFail;  // D5: fail | skip
   int64_t train_samples = 0;  // 0 = all

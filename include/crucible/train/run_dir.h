@@ -2,14 +2,17 @@
 // metrics.jsonl, summary.json, checkpoints/, tb/ (TensorBoard). Rank 0 owns it (law 4): it creates it, discards
 // it on --restart, refuses --resume of nothing, and refuses to continue a run whose stored
 // config differs from this job in a key that changes results (listing each difference).
-// Other ranks only read its checkpoints. Not thread-safe.
+// Other ranks only read its checkpoints. Rank 0 holds the folder's lock (core/folder_lock.h) for
+// the run's life: a second run on a folder in use is refused naming the holder. Not thread-safe.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "crucible/core/folder_lock.h"
 #include "crucible/train/checkpoint.h"
 #include "crucible/train/job_config.h"
 
@@ -23,7 +26,11 @@ std::vector<std::pair<std::string, std::string>> hyperparameters(const JobConfig
 
 class RunDir {
  public:
-  RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank);
+  // `launcher`: the process that may restart this run's ranks (crucible launch, torchrun), which
+  // keeps the folder between restarts; nullopt when not under one.
+  RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank,
+         std::optional<ProcessId> launcher = std::nullopt);
+  ~RunDir();
 
   const std::string& path() const { return path_; }
   CheckpointManager& checkpoints() { return *checkpoints_; }
@@ -34,6 +41,7 @@ class RunDir {
 
  private:
   std::string path_;
+  std::unique_ptr<FolderLock> lock_;  // rank 0's
   std::unique_ptr<CheckpointManager> checkpoints_;
 };
 
