@@ -176,7 +176,9 @@ struct Warp {
   bool nearest, fill_set;
   float fill_value[3];
   // theta (float32) transposed and divided by [0.5 w, 0.5 h]: the base grid's x, y, 1 times it,
-  // as bmm computes it (x·a, fma with y·b, + c).
+  // as torch 2.x's bmm computes it on x86 (MKL): (x·a + y·b) + c, each product and sum rounded
+  // (Debian's 1.13 through OpenBLAS fuses x·a + y·b; nearest sampling then differs where a
+  // point falls exactly halfway between pixels).
   float a0, a1, b0, b1, c0, c1;
   // grid_sample's unnormalisation: (g + 1) · size / 2 - 0.5.
   float scale_x, scale_y, fw, fh;
@@ -188,8 +190,8 @@ CRUCIBLE_FMA_CLONES void warp_span(const Warp& k, int oy, int ox_begin, int ox_e
   uint8_t* row = k.out + static_cast<size_t>(oy) * k.w * k.ps;
   for (int ox = ox_begin; ox < ox_end; ++ox) {
     const float bx = static_cast<float>((1.0 - k.w) * 0.5 + ox);
-    const float gx = std::fma(by, k.b0, bx * k.a0) + k.c0;
-    const float gy = std::fma(by, k.b1, bx * k.a1) + k.c1;
+    const float gx = (bx * k.a0 + by * k.b0) + k.c0;
+    const float gy = (bx * k.a1 + by * k.b1) + k.c1;
     const float ix = (gx + 1.0f) * k.scale_x - 0.5f;
     const float iy = (gy + 1.0f) * k.scale_y - 0.5f;
     uint8_t* dst = row + static_cast<size_t>(ox) * k.ps;
@@ -254,8 +256,8 @@ __attribute__((target("avx2,fma"))) void warp_span_avx2(const Warp& k, int oy) {
   for (int bk = 0; bk < blocks; ++bk) {
     const int ox0 = bk * 8;
     const __m256 bx = _mm256_add_ps(_mm256_set1_ps(base + static_cast<float>(ox0)), lanes);
-    const __m256 gx = _mm256_add_ps(_mm256_fmadd_ps(vby, b0, _mm256_mul_ps(bx, a0)), c0);
-    const __m256 gy = _mm256_add_ps(_mm256_fmadd_ps(vby, b1, _mm256_mul_ps(bx, a1)), c1);
+    const __m256 gx = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(bx, a0), _mm256_mul_ps(vby, b0)), c0);
+    const __m256 gy = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(bx, a1), _mm256_mul_ps(vby, b1)), c1);
     const __m256 ix = _mm256_sub_ps(_mm256_mul_ps(_mm256_add_ps(gx, one), sx), half);
     const __m256 iy = _mm256_sub_ps(_mm256_mul_ps(_mm256_add_ps(gy, one), sy_), half);
     if (k.nearest) {

@@ -69,13 +69,14 @@ ResizeCentreCrop resize_centre_crop_to(int width, int height, int size, int crop
 
 namespace {
 
-constexpr int kBits = 14;
-
-// For each output index: the first input index and `taps` 14-bit weights (PIL's bilinear
-// support, widened by the scale when shrinking so that it averages instead of aliasing); and the
-// weights again in pairs, (w[2j], w[2j+1]) as two int16 in one int32, for pmaddwd.
+// For each output index: the first input index and `taps` fixed-point weights of `bits` fraction
+// bits (PIL's bilinear support, widened by the scale when shrinking so that it averages instead
+// of aliasing); and the weights again in pairs, (w[2j], w[2j+1]) as two int16 in one int32, for
+// pmaddwd. `bits` is torch's choice for its uint8 antialiased resize (UpSampleKernel.cpp,
+// _compute_index_ranges_int16_weights): the most that keeps the largest weight below 2^14.
 struct Coefficients {
   int taps = 0;
+  int bits = 0;
   int pair_count = 0;  // ceil(taps / 2)
   std::vector<int> first;
   std::vector<int32_t> weights;  // [out][taps]
@@ -101,23 +102,37 @@ Coefficients coefficients(int in, int out) {
   c.taps = std::min(taps, in);
   c.first.resize(out);
   c.weights.assign(static_cast<size_t>(out) * c.taps, 0);
-  std::vector<double> w(static_cast<size_t>(c.taps));
+  // The normalised weights in double, as PIL and torch compute them.
+  std::vector<double> w(static_cast<size_t>(out) * c.taps, 0.0);
+  double largest = 0;
   for (int o = 0; o < out; ++o) {
     const double center = (o + 0.5) * scale;
     double sum = 0;
+    double* wo = &w[static_cast<size_t>(o) * c.taps];
     for (int i = lo[o]; i < hi[o]; ++i) {
       const double t = std::abs((i - center + 0.5) / filter_scale);
-      w[i - lo[o]] = t < 1.0 ? 1.0 - t : 0.0;
-      sum += w[i - lo[o]];
+      wo[i - lo[o]] = t < 1.0 ? 1.0 - t : 0.0;
+      sum += wo[i - lo[o]];
     }
+    for (int i = lo[o]; i < hi[o]; ++i) {
+      wo[i - lo[o]] = sum > 0 ? wo[i - lo[o]] / sum : 0.0;
+      largest = std::max(largest, wo[i - lo[o]]);
+    }
+  }
+  // torch: for (p = 0; p < 22; ++p) if ((int)(0.5 + largest · 2^(p+1)) >= 2^15) break.
+  for (c.bits = 0; c.bits < 22; ++c.bits) {
+    if (static_cast<int>(0.5 + largest * static_cast<double>(int64_t{1} << (c.bits + 1))) >= (1 << 15)) break;
+  }
+  for (int o = 0; o < out; ++o) {
     const int first = std::min(lo[o], in - c.taps);
     c.first[o] = first;
     int32_t* dst = &c.weights[static_cast<size_t>(o) * c.taps];
+    const double* wo = &w[static_cast<size_t>(o) * c.taps];
     for (int i = lo[o]; i < hi[o]; ++i) {
-      dst[i - first] = static_cast<int32_t>(std::lround((sum > 0 ? w[i - lo[o]] / sum : 0.0) * (1 << kBits)));
+      dst[i - first] = static_cast<int32_t>(0.5 + wo[i - lo[o]] * static_cast<double>(int64_t{1} << c.bits));
     }
   }
-  // Each weight is in [0, 2^14], so it fits an int16 and a pair's products sum within int32.
+  // Each weight is below 2^14, so it fits an int16, and 255 · 2^22 sums within int32.
   c.pair_count = (c.taps + 1) / 2;
   c.pairs.assign(static_cast<size_t>(out) * c.pair_count, 0);
   for (int o = 0; o < out; ++o) {
@@ -137,13 +152,13 @@ Coefficients coefficients(int in, int out) {
   return c;
 }
 
-__attribute__((always_inline)) inline uint8_t clamp8(int32_t v) {
-  v = (v + (1 << (kBits - 1))) >> kBits;
+__attribute__((always_inline)) inline uint8_t clamp8(int32_t v, int bits) {
+  v = (v + (1 << (bits - 1))) >> bits;
   return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
 // The vertical pass for one output row: out[i] = Σ_k w[k] · s0[k·stride + i], i < n.
-void vertical_row(const uint8_t* s0, size_t stride, const int32_t* w, int taps, int n, int32_t* acc,
+void vertical_row(const uint8_t* s0, size_t stride, const int32_t* w, int taps, int bits, int n, int32_t* acc,
                   uint8_t* out) {
   {
     const int32_t w0 = w[0];
@@ -155,19 +170,20 @@ void vertical_row(const uint8_t* s0, size_t stride, const int32_t* w, int taps, 
     const uint8_t* s = s0 + static_cast<size_t>(k) * stride;
     for (int i = 0; i < n; ++i) acc[i] += wk * s[i];
   }
-  for (int i = 0; i < n; ++i) out[i] = clamp8(acc[i]);
+  for (int i = 0; i < n; ++i) out[i] = clamp8(acc[i], bits);
 }
 
 // The same with AVX2: 16 bytes at a time, two rows per pmaddwd, sums kept in registers across
 // the taps; the same integer arithmetic, so the same bytes. Rows under 16 bytes go the portable way.
 __attribute__((target("avx2"))) void vertical_row_avx2(const uint8_t* s0, size_t stride, const int32_t* w,
-                                                       const int32_t* pairs, int taps, int n, int32_t* acc,
+                                                       const int32_t* pairs, int taps, int bits, int n, int32_t* acc,
                                                        uint8_t* out) {
   if (n < 16) {
-    vertical_row(s0, stride, w, taps, n, acc, out);
+    vertical_row(s0, stride, w, taps, bits, n, acc, out);
     return;
   }
-  const __m256i bias = _mm256_set1_epi32(1 << (kBits - 1));
+  const __m256i bias = _mm256_set1_epi32(1 << (bits - 1));
+  const __m128i shift = _mm_cvtsi32_si128(bits);
   const __m256i zero = _mm256_setzero_si256();
   for (int i0 = 0; i0 < n; i0 += 16) {
     const int i = std::min(i0, n - 16);  // the last step overlaps the one before: same values
@@ -189,7 +205,7 @@ __attribute__((target("avx2"))) void vertical_row_avx2(const uint8_t* s0, size_t
     }
     // Per 128-bit lane lo holds elements 0–3 (8–11), hi 4–7 (12–15): packing restores the order;
     // the saturating packs are clamp8's clamp.
-    const __m256i words = _mm256_packs_epi32(_mm256_srai_epi32(lo, kBits), _mm256_srai_epi32(hi, kBits));
+    const __m256i words = _mm256_packs_epi32(_mm256_sra_epi32(lo, shift), _mm256_sra_epi32(hi, shift));
     const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(words, words), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(bytes));
   }
@@ -229,10 +245,10 @@ __attribute__((always_inline)) inline void horizontal_rgb(const uint8_t* m, cons
   if (o.plane != 0) {
     for (int c = 0; c < 3; ++c) {
       uint8_t* d = o.row + c * o.plane;
-      for (int i = 0; i < w; ++i) d[i] = clamp8(sums[c * w + i]);
+      for (int i = 0; i < w; ++i) d[i] = clamp8(sums[c * w + i], cx.bits);
     }
   } else {
-    for (int i = 0; i < 3 * w; ++i) o.row[i] = clamp8(sums[i]);
+    for (int i = 0; i < 3 * w; ++i) o.row[i] = clamp8(sums[i], cx.bits);
   }
 }
 
@@ -306,7 +322,7 @@ __attribute__((target("avx2"))) inline __m256i two_pixels(const uint8_t* m, cons
   const uint8_t* s0 = m + static_cast<size_t>(cx.first[xa]) * 3;
   const uint8_t* s1 = m + static_cast<size_t>(cx.first[xa + 1]) * 3;
   const int32_t* pw = cx.pairs_t.data() + xa;
-  __m256i a = _mm256_set1_epi32(1 << (kBits - 1));
+  __m256i a = _mm256_set1_epi32(1 << (cx.bits - 1));
   for (int j = 0; j < n; ++j, s0 += 6, s1 += 6, pw += w) {
     const __m256i px = _mm256_set_m128i(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s1)),
                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s0)));
@@ -314,7 +330,7 @@ __attribute__((target("avx2"))) inline __m256i two_pixels(const uint8_t* m, cons
         _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pw))), lanes);
     a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_shuffle_epi8(px, shuffle), wv));
   }
-  return _mm256_srai_epi32(a, kBits);
+  return _mm256_sra_epi32(a, _mm_cvtsi32_si128(cx.bits));
 }
 
 // A row of at least eight output pixels, eight at a time; the last step overlaps the one before
@@ -338,13 +354,13 @@ __attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* m, const
   if (w < 8) {
     for (int x = 0; x < w; ++x) {
       const uint8_t* s = m + static_cast<size_t>(cx.first[x]) * 3;
-      __m128i acc = _mm_set1_epi32(1 << (kBits - 1));
+      __m128i acc = _mm_set1_epi32(1 << (cx.bits - 1));
       for (int j = 0; j < pc; ++j, s += 6) {
         const __m128i px = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
         acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(px, shuffle),
                                                  _mm_set1_epi32(cx.pairs[static_cast<size_t>(x) * pc + j])));
       }
-      const __m128i v = _mm_srai_epi32(acc, kBits);
+      const __m128i v = _mm_sra_epi32(acc, _mm_cvtsi32_si128(cx.bits));
       const auto rgb = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(_mm_packs_epi32(v, v), v)));
       const int xo = o.flip ? w - 1 - x : x;
       for (int c = 0; c < 3; ++c) {
@@ -382,52 +398,62 @@ void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int 
   const bool avx2 = g_resize_avx2.load(std::memory_order_relaxed);
   const Coefficients cx = coefficients(src_w, dst_w);
   const Coefficients cy = coefficients(src_h, dst_h);
-  // Vertical pass first, on contiguous rows (the inner loop vectorises), into an intermediate
-  // of dst_h rows × src_w pixels; then the horizontal pass, all channels of a pixel at once.
+  // As torch (and PIL) resize uint8 images: the horizontal pass first, over the rows the vertical
+  // pass reads, rounded to bytes; then the vertical pass. The intermediate holds those rows ×
+  // dst_w pixels, mirrored already when flipping, interleaved or as planes as the output is.
   // Buffers are per thread and reused: this runs once per sample on the hot path.
-  const int row = src_w * channels;
-  thread_local std::vector<uint8_t> mid;
-  thread_local std::vector<int32_t> acc;
-  mid.resize(static_cast<size_t>(dst_h) * row + 16);  // padding: the wide loads of the last pixels
-  acc.resize(static_cast<size_t>(row));
-  for (int y = 0; y < dst_h; ++y) {
-    const int32_t* wy = &cy.weights[static_cast<size_t>(y) * cy.taps];
-    const uint8_t* s0 = src + static_cast<size_t>(cy.first[y]) * src_stride;
-    uint8_t* m = &mid[static_cast<size_t>(y) * row];
-    if (avx2) {
-      vertical_row_avx2(s0, static_cast<size_t>(src_stride), wy, &cy.pairs[static_cast<size_t>(y) * cy.pair_count],
-                        cy.taps, row, acc.data(), m);
-    } else {
-      vertical_row(s0, static_cast<size_t>(src_stride), wy, cy.taps, row, acc.data(), m);
-    }
-  }
-  const int taps = cx.taps;
-  const size_t plane = planar ? static_cast<size_t>(dst_w) * dst_h : 0;
-  thread_local std::vector<int32_t> sums;
+  const int row_first = cy.first.front(), row_count = cy.first.back() + cy.taps - row_first;
+  const size_t mid_row = static_cast<size_t>(dst_w) * (planar ? 1 : channels);
+  const size_t mid_plane = planar ? mid_row * static_cast<size_t>(row_count) : 0;
+  thread_local std::vector<uint8_t> mid, last_row;
+  thread_local std::vector<int32_t> acc, sums;
+  mid.resize(static_cast<size_t>(row_count) * dst_w * channels + 16);  // padding: the wide loads
   sums.resize(static_cast<size_t>(dst_w) * 3);
-  for (int y = 0; y < dst_h; ++y) {
-    const uint8_t* m = &mid[static_cast<size_t>(y) * row];
-    const RowOut o{dst + static_cast<size_t>(y) * dst_w * (planar ? 1 : channels), plane, dst_w, flip};
+  const size_t src_row = static_cast<size_t>(src_w) * channels;
+  for (int r = 0; r < row_count; ++r) {
+    const int y = row_first + r;
+    const uint8_t* s = src + static_cast<size_t>(y) * src_stride;
+    if (y == src_h - 1) {  // the horizontal kernels read a few bytes past a row's end: not past the image's
+      last_row.assign(s, s + src_row);
+      last_row.resize(src_row + 16, 0);
+      s = last_row.data();
+    }
+    const RowOut o{mid.data() + static_cast<size_t>(r) * mid_row, mid_plane, dst_w, flip};
     if (channels == 3) {
       if (avx2) {
-        horizontal_rgb_avx2(m, cx, o);
+        horizontal_rgb_avx2(s, cx, o);
       } else {
-        horizontal_rgb_any(m, cx, o, sums.data());
+        horizontal_rgb_any(s, cx, o, sums.data());
       }
       continue;
     }
     for (int x = 0; x < dst_w; ++x) {
-      const int32_t* wx = &cx.weights[static_cast<size_t>(x) * taps];
-      const uint8_t* s = m + static_cast<size_t>(cx.first[x]) * channels;
+      const int32_t* wx = &cx.weights[static_cast<size_t>(x) * cx.taps];
+      const uint8_t* p = s + static_cast<size_t>(cx.first[x]) * channels;
       const int xo = flip ? dst_w - 1 - x : x;
       for (int c = 0; c < channels; ++c) {
         int32_t a = 0;
-        for (int k = 0; k < taps; ++k) a += wx[k] * s[k * channels + c];
-        if (planar) {
-          o.row[c * plane + xo] = clamp8(a);
-        } else {
-          o.row[xo * channels + c] = clamp8(a);
-        }
+        for (int k = 0; k < cx.taps; ++k) a += wx[k] * p[k * channels + c];
+        o.row[planar ? c * mid_plane + xo : static_cast<size_t>(xo) * channels + c] = clamp8(a, cx.bits);
+      }
+    }
+  }
+  // Vertical: each output row from its taps of intermediate rows, per plane or interleaved.
+  const int planes = planar ? channels : 1;
+  const int n = static_cast<int>(mid_row);
+  acc.resize(mid_row);
+  for (int c = 0; c < planes; ++c) {
+    const uint8_t* base = mid.data() + static_cast<size_t>(c) * mid_plane;
+    uint8_t* out = dst + static_cast<size_t>(c) * dst_w * dst_h;
+    for (int y = 0; y < dst_h; ++y) {
+      const int32_t* wy = &cy.weights[static_cast<size_t>(y) * cy.taps];
+      const uint8_t* s0 = base + static_cast<size_t>(cy.first[y] - row_first) * mid_row;
+      uint8_t* o = out + static_cast<size_t>(y) * mid_row;
+      if (avx2) {
+        vertical_row_avx2(s0, mid_row, wy, &cy.pairs[static_cast<size_t>(y) * cy.pair_count], cy.taps, cy.bits, n,
+                          acc.data(), o);
+      } else {
+        vertical_row(s0, mid_row, wy, cy.taps, cy.bits, n, acc.data(), o);
       }
     }
   }

@@ -518,7 +518,7 @@ TEST(DistTrain, SlurmTasksTrainAsTheLauncherDoes) {
 // ends every task within seconds, exit 2, naming the host and where it came from, instead of each
 // task retrying the connection until dist.timeout_s (issue 35). Hosts under ".invalid" never
 // resolve (RFC 6761).
-TEST(DistTrain, AnUnknownRendezvousHostExitsTwoWithinSecondsNamingIt) {
+TEST(DistTrain, AnUnknownRendezvousHostExitsTwoWithinSecondsNamingItX10) {
   test::TempDir d;
   const std::initializer_list<std::string> job = {"--set", "train.max_steps=4", "--set", "data.train_samples=512",
                                                   "--set", "data.test_samples=100", "--set", "dist.timeout_s=120"};

@@ -306,7 +306,7 @@ int64_t kill_in_second_epoch(const test::TempDir& d, const std::string& name,
 // --restart too) and a `crucible launch` of one exit 2 naming the holder (pid, host, since when),
 // and the first finishes untouched: its weights and its metrics are those of the same run alone.
 // (A SIGKILLed run leaves no lock behind: KilledInSecondEpochResumesBitForBit resumes in its folder.)
-TEST(TrainCli, ASecondRunOnAFolderInUseExitsTwoNamingTheHolder) {
+TEST(TrainCli, ASecondRunOnAFolderInUseExitsTwoNamingTheHolderX6) {
   test::TempDir d;
   const auto alone = test::run_command(small_run(d, "alone", 1));
   ASSERT_EQ(alone.exit_code, 0) << alone.err;

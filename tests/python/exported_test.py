@@ -349,7 +349,7 @@ class PythonTrainTest(unittest.TestCase):
             x_test, y_test = data(96)
             log = io.StringIO()
             result = crucible.train(model, torch.zeros(4, 1, 12, 12), data=(x, y, x_test, y_test),
-                                    train__epochs=3, train__batch_size=32, train__precision="fp32", stream=log)
+                                    train__epochs=5, train__batch_size=32, train__precision="fp32", stream=log)
             after = result.model.state_dict()
             moved = {k: float((after[k].float() - before[k].float()).abs().max()) for k in before
                      if before[k].is_floating_point()}

@@ -10,6 +10,7 @@ With Debian's 0.14 (make test) the oracle is its transforms.functional: the tabl
 Each run prints its table (max levels, share of pixels differing).
 """
 import math
+import os
 import unittest
 
 import torch
@@ -334,6 +335,87 @@ class AugMixAndQuarterTurnsTest(unittest.TestCase):
                         self.assertLess(float((d > 0).float().mean()), 0.001)
                     checked += 1
         print(f"\nrotate by multiples of 90 degrees: {checked} cases equal torchvision's")
+
+
+def make_photos(root):
+    """Photo-like JPEGs (smooth colour fields under noise) of every chroma subsampling, a
+    progressive one, a grey one, one tagged EXIF orientation 6, and a PNG; in one class folder, in
+    the order returned."""
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(4)
+    folder = os.path.join(root, "all")
+    os.makedirs(folder)
+    files = []
+
+    def photo(w, h):
+        base = torch.nn.functional.interpolate(torch.rand(1, 3, 5, 7, generator=torch.Generator().manual_seed(w)) * 255,
+                                               size=(h, w), mode="bicubic", align_corners=False)[0]
+        a = base.permute(1, 2, 0).numpy() + rng.normal(0, 12, (h, w, 3))
+        return Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
+
+    cases = [((517, 389), dict(quality=90, subsampling=0)), ((389, 517), dict(quality=85, subsampling=1)),
+             ((640, 480), dict(quality=92, subsampling=2)), ((301, 233), dict(quality=80, progressive=True)),
+             ((456, 300), dict(quality=90, grey=True)), ((480, 360), dict(quality=90, exif=6)),
+             ((333, 250), dict(png=True))]
+    for i, ((w, h), o) in enumerate(cases):
+        im = photo(w, h)
+        name = os.path.join(folder, f"{i:03d}.{'png' if o.get('png') else 'jpg'}")
+        if o.get("png"):
+            im.save(name)
+        else:
+            kw = {k: v for k, v in o.items() if k in ("quality", "subsampling", "progressive")}
+            if o.get("grey"):
+                im = im.convert("L")
+            if o.get("exif"):
+                exif = Image.Exif()
+                exif[0x0112] = o["exif"]
+                kw["exif"] = exif.tobytes()
+            im.save(name, **kw)
+        files.append(name)
+    return files
+
+
+@unittest.skipUnless(V2, "torchvision's v2 tensor pipeline is the reference (make test-torch2)")
+class PixelsTest(unittest.TestCase):
+    """README, "What crucible's pixels equal": evaluation's Resize(int(crop / 0.875)) +
+    CenterCrop(crop) through crucible.ImageLoader against torchvision's v2 tensor pipeline
+    (decode_image as RGB, v2.Resize(antialias=True), v2.CenterCrop) on the same files."""
+
+    def test_decode_settings_turn_each_difference_off(self):
+        import tempfile
+        import crucible
+        from torchvision.io import ImageReadMode, decode_image, read_file
+        crop = 64
+        with tempfile.TemporaryDirectory() as root:
+            files = make_photos(root)
+            t = TV2.Compose([TV2.Resize(int(crop / 0.875), antialias=True), TV2.CenterCrop(crop)])
+            theirs = [t(decode_image(read_file(f), mode=ImageReadMode.RGB)) for f in files]
+
+            def ours(settings):
+                loader = crucible.ImageLoader(root, batch_size=len(files), crop=crop, train=False, threads=2,
+                                              settings=settings)
+                images, _ = next(iter(loader))
+                loader.close()
+                return list(images)
+
+            exact = {"data.jpeg_decode": "accurate", "data.jpeg_dct_scaling": "false",
+                     "data.exif_orientation": "false"}
+            for f, a, b in zip(files, ours(exact), theirs):
+                d = (a.int() - b.int()).abs()
+                self.assertEqual(int(d.max()), 0, f"{os.path.basename(f)}: {100 * float((d > 0).float().mean()):.2f}% "
+                                                  "of values differ from torchvision's")
+            # Each of crucible's defaults moves pixels on its own: the settings are what turn them off.
+            moved = {}
+            for key, default in (("data.jpeg_decode", "fast"), ("data.jpeg_dct_scaling", "true"),
+                                 ("data.exif_orientation", "true")):
+                moved[key] = [os.path.basename(f) for f, a, b in zip(files, ours({**exact, key: default}), theirs)
+                              if not torch.equal(a, b)]
+            print(f"\neach default alone changes: {moved}")
+            self.assertEqual(moved["data.exif_orientation"], ["005.jpg"])  # only the tagged photo
+            self.assertEqual(len(moved["data.jpeg_decode"]), 6)  # every JPEG, not the PNG
+            self.assertNotIn("006.png", moved["data.jpeg_dct_scaling"])
+            self.assertGreaterEqual(len(moved["data.jpeg_dct_scaling"]), 4)  # the ones 1/2 scale still covers
 
 
 if __name__ == "__main__":

@@ -213,53 +213,58 @@ TEST(MixUp, CutMixBoxIsExactGivenLambdaAndCentre) {
 constexpr const char* kMixOracle = R"PY(
 import sys, torch
 from torchvision.transforms import v2
-kind, lam, rx, ry, B, C, H, W, K = sys.stdin.read().split()
-lam = float(lam); rx, ry, B, C, H, W, K = (int(v) for v in (rx, ry, B, C, H, W, K))
-x = (torch.arange(B * C * H * W) % 251).to(torch.float32).div(251).reshape(B, C, H, W)
-y = torch.arange(B) % K
-m = v2.MixUp(alpha=1.0, num_classes=K) if kind == 'mixup' else v2.CutMix(alpha=1.0, num_classes=K)
-class Fixed:
-    def sample(self, shape=()): return torch.tensor(lam, dtype=torch.float64)
-m._dist = Fixed()
-draws = [torch.tensor([rx]), torch.tensor([ry])]
-real = torch.randint
-torch.randint = lambda *a, **k: draws.pop(0)
-try:
-    out, tt = m(x, y)
-finally:
-    torch.randint = real
-print(' '.join(repr(v) for v in out.flatten().tolist()))
-print(' '.join(repr(v) for v in tt.flatten().tolist()))
+for line in sys.stdin.read().strip().splitlines():  # one batch a line
+    kind, lam, rx, ry, B, C, H, W, K = line.split()
+    lam = float(lam); rx, ry, B, C, H, W, K = (int(v) for v in (rx, ry, B, C, H, W, K))
+    x = (torch.arange(B * C * H * W) % 251).to(torch.float32).div(251).reshape(B, C, H, W)
+    y = torch.arange(B) % K
+    m = v2.MixUp(alpha=1.0, num_classes=K) if kind == 'mixup' else v2.CutMix(alpha=1.0, num_classes=K)
+    class Fixed:
+        def sample(self, shape=()): return torch.tensor(lam, dtype=torch.float64)
+    m._dist = Fixed()
+    draws = [torch.tensor([rx]), torch.tensor([ry])]
+    real = torch.randint
+    torch.randint = lambda *a, **k: draws.pop(0)
+    try:
+        out, tt = m(x, y)
+    finally:
+        torch.randint = real
+    print(' '.join(repr(v) for v in out.flatten().tolist()))
+    print(' '.join(repr(v) for v in tt.flatten().tolist()))
 )PY";
 
 TEST(MixUp, BatchTransformEqualsTorchvisionGivenTheDraw) {
   SKIP_WITHOUT_V2();
   const int64_t B = 5, C = 3, H = 6, W = 8, K = 4;
+  const at::Tensor input_images =
+      at::arange(B * C * H * W, at::kLong).remainder(251).to(at::kFloat).div(251).reshape({B, C, H, W});
+  std::vector<DeviceBatch> batches;
+  std::string input;
   for (const double mixup : {0.4, 0.0}) {
     const double cutmix = mixup > 0 ? 0.0 : 1.0;
     auto t = mixup_cutmix_transform(21, mixup, cutmix, K);
     for (int64_t step : {0, 1, 2, 3}) {
-      DeviceBatch b;
-      b.images = at::arange(B * C * H * W, at::kLong).remainder(251).to(at::kFloat).div(251).reshape({B, C, H, W});
+      DeviceBatch& b = batches.emplace_back();
+      b.images = input_images.clone();
       b.targets = at::arange(B, at::kLong).remainder(K);
       b.step = step;
       const MixDraw d = draw_mix(21, step, 0, mixup, cutmix, W, H);
       t->apply(b);
-      const std::string input = fmt::format("{} {} {} {} {} {} {} {} {}", mixup > 0 ? "mixup" : "cutmix", d.lam_drawn,
-                                            d.box.rx, d.box.ry, B, C, H, W, K);
-      std::istringstream out(run_python_stdin(kMixOracle, input));
-      std::vector<float> images(static_cast<size_t>(B * C * H * W)), targets(static_cast<size_t>(B * K));
-      for (auto& v : images) ASSERT_TRUE(out >> v) << input;
-      for (auto& v : targets) ASSERT_TRUE(out >> v) << input;
-      const at::Tensor want_images = at::tensor(images).reshape({B, C, H, W});
-      const at::Tensor want_targets = at::tensor(targets).reshape({B, K});
-      ASSERT_EQ(b.targets.sizes(), want_targets.sizes());
-      EXPECT_TRUE(at::allclose(b.images.contiguous(), want_images, 0, 1e-7)) << input;
-      EXPECT_TRUE(at::allclose(b.targets, want_targets, 0, 1e-7)) << input << "\n" << b.targets << want_targets;
-      if (cutmix > 0) {  // something was pasted, and it came from the previous image
-        EXPECT_FALSE(b.images.equal(at::arange(B * C * H * W, at::kLong).remainder(251).to(at::kFloat).div(251).reshape({B, C, H, W})));
-      }
+      input += fmt::format("{} {} {} {} {} {} {} {} {}\n", mixup > 0 ? "mixup" : "cutmix", d.lam_drawn, d.box.rx,
+                           d.box.ry, B, C, H, W, K);
+      if (cutmix > 0) EXPECT_FALSE(b.images.equal(input_images));  // something was pasted, from the previous image
     }
+  }
+  std::istringstream out(run_python_stdin(kMixOracle, input));  // one Python for every batch
+  for (const DeviceBatch& b : batches) {
+    std::vector<float> images(static_cast<size_t>(B * C * H * W)), targets(static_cast<size_t>(B * K));
+    for (auto& v : images) ASSERT_TRUE(out >> v);
+    for (auto& v : targets) ASSERT_TRUE(out >> v);
+    const at::Tensor want_images = at::tensor(images).reshape({B, C, H, W});
+    const at::Tensor want_targets = at::tensor(targets).reshape({B, K});
+    ASSERT_EQ(b.targets.sizes(), want_targets.sizes());
+    EXPECT_TRUE(at::allclose(b.images.contiguous(), want_images, 0, 1e-7)) << "step " << b.step;
+    EXPECT_TRUE(at::allclose(b.targets, want_targets, 0, 1e-7)) << b.targets << want_targets;
   }
 }
 

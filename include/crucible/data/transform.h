@@ -41,7 +41,9 @@ ResizeCentreCrop resize_centre_crop_to(int width, int height, int size, int crop
 
 // Resizes the [src_h, src_w, channels] uint8 image region (`src_stride` bytes per row) to
 // [dst_h, dst_w, channels], with PIL's antialiased bilinear filter (a triangle widened by the
-// downscale factor), in 14-bit fixed point; `flip` mirrors the output horizontally on the way
+// downscale factor), byte for byte as torch resizes uint8 images (antialias=True: torchvision's v2
+// Resize on tensors): the horizontal pass first, then the vertical, each in torch's fixed point
+// and rounded to bytes; `flip` mirrors the output horizontally on the way
 // (the same bytes as resize then hflip_image, without the extra pass). `planar`: dst is
 // [channels, dst_h, dst_w] instead (the same bytes, transposed: a loader's NCHW batch).
 void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int channels, uint8_t* dst, int dst_w,

@@ -59,7 +59,7 @@ std::vector<std::string> expand_slurm_nodelist(const std::string& list, const st
 // naming an unknown host ends within seconds instead of every rank retrying the connection until
 // dist.timeout_s. A temporary resolver failure (EAI_AGAIN: DNS down) is retried for up to
 // `retry_s` seconds first.
-void check_host_resolves(const std::string& host, const std::string& from, double retry_s = 10);
+void check_host_resolves(const std::string& host, const std::string& from, double retry_s = 5);
 
 // T2: a device count of 0 means CPU (any number of processes may share it); otherwise each
 // process on this machine needs its own device: bad_input when LOCAL_WORLD_SIZE exceeds it.
