@@ -88,13 +88,13 @@ struct Produced {
   int64_t samples = 0;
   double seconds = 0;
   data::IoSnapshot io;
-  int64_t cache_growth = 0;  // bytes the RAM cache took meanwhile
+  int64_t cache_offered = 0;  // bytes the samples offered to the RAM cache take, kept or not
 };
 Produced produce_for(const data::SamplePipeline& p, double seconds) {
   Produced r;
   std::vector<uint8_t> sample(static_cast<size_t>(p.output_spec().bytes()));
   const data::IoSnapshot before = p.io();
-  const int64_t held = p.cache_held_bytes();
+  const int64_t offered = p.cache_offered_bytes();
   const auto t0 = Clock::now();
   while ((r.seconds = seconds_since(t0)) < seconds && r.samples < p.size()) {
     p.produce(r.samples, 0, sample.data());
@@ -102,7 +102,7 @@ Produced produce_for(const data::SamplePipeline& p, double seconds) {
   }
   r.seconds = seconds_since(t0);
   r.io = p.io() - before;
-  r.cache_growth = p.cache_held_bytes() - held;
+  r.cache_offered = p.cache_offered_bytes() - offered;
   return r;
 }
 
@@ -132,9 +132,9 @@ DoctorCheck check_io(const char* split, const data::SamplePipeline& p, const Pro
   }
   const std::string mode = p.cache_name();
   if (mode != "none" && io.cache_misses > 0) {
-    // What the cache took per sample, times the split: does the budget hold it?
-    const double per_sample = static_cast<double>(r.cache_growth) / static_cast<double>(io.cache_misses);
-    const double needed = per_sample * static_cast<double>(p.size());
+    // What a sample takes in the cache, times the split: does the budget hold it?
+    const double needed =
+        static_cast<double>(r.cache_offered) / static_cast<double>(io.cache_misses) * static_cast<double>(p.size());
     const double held = needed > 0 ? std::min(1.0, static_cast<double>(p.cache_budget_bytes()) / needed) : 1.0;
     c.figures["cache"] = {{"mode", mode},
                           {"budget_bytes", p.cache_budget_bytes()},

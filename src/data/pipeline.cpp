@@ -96,6 +96,7 @@ std::shared_ptr<const ImagePipeline::Cached> ImagePipeline::lookup(int64_t index
 
 void ImagePipeline::store(int64_t index, std::shared_ptr<const Cached> entry, int64_t bytes) const {
   // D1: the budget is checked before the bytes are kept; past it the sample is simply re-read.
+  cache_offered_.fetch_add(bytes, std::memory_order_relaxed);
   if (cache_used_.fetch_add(bytes) + bytes > opt_.cache_bytes) {
     cache_used_.fetch_sub(bytes);
     return;

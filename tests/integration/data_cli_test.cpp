@@ -19,12 +19,13 @@ using nlohmann::json;
 
 using test::expect_contains;
 
-void make_photos(const std::string& root, int n, bool with_bad) {
+void make_photos(const std::string& root, int n, bool with_bad, int max_side = 200) {
   test::run_python("import numpy as np, os\nfrom PIL import Image\n"
                    "rng = np.random.default_rng(1)\n"
                    "for i in range(" + std::to_string(n) + "):\n"
                    "    d = os.path.join('" + root + "', 'class%d' % (i % 4)); os.makedirs(d, exist_ok=True)\n"
-                   "    a = rng.integers(0, 256, (int(rng.integers(60, 200)), int(rng.integers(60, 200)), 3), dtype=np.uint8)\n"
+                   "    a = rng.integers(0, 256, (int(rng.integers(60, " + std::to_string(max_side) + ")), int(rng.integers(60, " +
+                   std::to_string(max_side) + ")), 3), dtype=np.uint8)\n"
                    "    Image.fromarray(a).save(os.path.join(d, '%04d.jpg' % i), quality=90)\n" +
                    std::string(with_bad ? "b = open(os.path.join('" + root + "', 'class1', '0001.jpg'), 'rb').read()\n"
                                           "open(os.path.join('" + root + "', 'class1', 'broken.jpg'), 'wb').write(b[:200] + b'\\x00' * 300 + b[500:])\n"
@@ -107,7 +108,8 @@ TEST(DataCli, EachSplitsReadsAndCacheHitsAreCountedD11) {
     }
     return total;
   };
-  const int64_t train_bytes = bytes_of(d / "train"), test_bytes = bytes_of(d / "test");
+  int64_t train_bytes = bytes_of(d / "train");
+  const int64_t test_bytes = bytes_of(d / "test");
   auto job = [&](const std::string& name, std::initializer_list<std::string> extra) {
     std::vector<std::string> cmd = {"--set", "run.dir=" + d.path(), "--set", "run.name=" + name,
                                     "--set", "data.dataset=images", "--set", "data.train_path=" + (d / "train"),
@@ -153,9 +155,16 @@ TEST(DataCli, EachSplitsReadsAndCacheHitsAreCountedD11) {
   // The report's table.
   const std::string html = test::read_text(d / "cached/report.html");
   expect_contains(html, {"Reading the data", "encoded: 50.0% hits (48 of 96)", "encoded: 50.0% hits (16 of 32)"});
-  // doctor: one reader's figures, and what a 1 MiB budget holds of this split.
+  // doctor: one reader's figures, and what a 1 MiB budget holds of each split: all of the 16 test
+  // files, part of a training split of larger photos.
+  make_photos(d / "big", 48, false, 400);
+  train_bytes = bytes_of(d / "big");
+  ASSERT_GT(train_bytes, 2 << 20);
   std::vector<std::string> cmd = {test::crucible_binary(), "doctor", "--json"};
-  for (const auto& a : job("doc", {"--set", "data.cache=encoded", "--set", "data.cache_mb=1"})) cmd.push_back(a);
+  for (const auto& a : job("doc", {"--set", "data.cache=encoded", "--set", "data.cache_mb=1", "--set",
+                                   "data.train_path=" + (d / "big")})) {
+    cmd.push_back(a);
+  }
   const auto r = test::run_command(cmd);
   const json checks = json::parse(r.out.substr(r.out.rfind("\n{") == std::string::npos ? 0 : r.out.rfind("\n{") + 1));
   int seen = 0;
@@ -176,9 +185,14 @@ TEST(DataCli, EachSplitsReadsAndCacheHitsAreCountedD11) {
     EXPECT_GT(needed, split_bytes);
     EXPECT_LT(needed, 1.1 * split_bytes);
     EXPECT_NEAR(f["cache"]["expected_hit_rate"].get<double>(), std::min(1.0, (1 << 20) / needed), 1e-9);
-    if (needed > (1 << 20)) {
+    if (train_split) {
+      EXPECT_LT(f["cache"]["expected_hit_rate"].get<double>(), 0.5) << c.dump(1);
       EXPECT_EQ(c["status"], "warn") << c.dump(1);
-      expect_contains(c["fix"].get<std::string>(), "raise data.cache_mb to");
+      expect_contains(c["fix"].get<std::string>(),
+                      "raise data.cache_mb to " + std::to_string(static_cast<int64_t>(needed / (1 << 20)) + 1));
+    } else {
+      EXPECT_EQ(f["cache"]["expected_hit_rate"].get<double>(), 1.0) << c.dump(1);
+      EXPECT_EQ(c["status"], "ok") << c.dump(1);
     }
   }
   EXPECT_EQ(seen, 2) << r.out << r.err;

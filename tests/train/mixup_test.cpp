@@ -252,7 +252,9 @@ TEST(MixUp, BatchTransformEqualsTorchvisionGivenTheDraw) {
       t->apply(b);
       input += fmt::format("{} {} {} {} {} {} {} {} {}\n", mixup > 0 ? "mixup" : "cutmix", d.lam_drawn, d.box.rx,
                            d.box.ry, B, C, H, W, K);
-      if (cutmix > 0) EXPECT_FALSE(b.images.equal(input_images));  // something was pasted, from the previous image
+      if (cutmix > 0) {
+        EXPECT_FALSE(b.images.equal(input_images));  // something was pasted, from the previous image
+      }
     }
   }
   std::istringstream out(run_python_stdin(kMixOracle, input));  // one Python for every batch

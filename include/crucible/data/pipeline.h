@@ -47,6 +47,9 @@ class SamplePipeline {
   virtual const char* cache_name() const { return "none"; }
   virtual int64_t cache_budget_bytes() const { return 0; }
   virtual int64_t cache_held_bytes() const { return 0; }
+  // Bytes every sample offered to the cache would take, kept or not (past the budget): what the
+  // whole split needs, measured without the budget's bias towards the small samples.
+  virtual int64_t cache_offered_bytes() const { return 0; }
 
  protected:
   mutable IoCounters io_;
@@ -114,6 +117,7 @@ class ImagePipeline final : public SamplePipeline {
   const char* cache_name() const override { return cache_mode_name(opt_.cache); }
   int64_t cache_budget_bytes() const override { return opt_.cache == CacheMode::kNone ? 0 : opt_.cache_bytes; }
   int64_t cache_held_bytes() const override { return cache_used_.load(); }
+  int64_t cache_offered_bytes() const override { return cache_offered_.load(); }
   // Pixels the decoders have returned so far (width × height of each decode, at its DCT scale):
   // what D2 saves is visible here (a 512×384 JPEG evaluated at crop 32 decodes 64×48 pixels).
   int64_t decoded_pixels() const { return decoded_pixels_.load(std::memory_order_relaxed); }
@@ -130,6 +134,7 @@ class ImagePipeline final : public SamplePipeline {
   mutable std::vector<std::shared_ptr<const Cached>> cache_;  // guarded by cache_mu_ stripes
   mutable std::mutex cache_mu_[64];
   mutable std::atomic<int64_t> cache_used_{0};
+  mutable std::atomic<int64_t> cache_offered_{0};
   mutable std::atomic<int64_t> decoded_pixels_{0};
 };
 
