@@ -410,12 +410,17 @@ void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int 
   mid.resize(static_cast<size_t>(row_count) * dst_w * channels + 16);  // padding: the wide loads
   sums.resize(static_cast<size_t>(dst_w) * 3);
   const size_t src_row = static_cast<size_t>(src_w) * channels;
+  // The AVX2 kernels load 8 bytes per pair of taps, up to a few bytes past a row's last pixel
+  // (weighted 0): a row whose loads would run past the image's last byte is read from a padded
+  // copy (the last row; a few more when the image is only a pixel or two wide).
+  const size_t reach = static_cast<size_t>(cx.first.back()) * channels + 6 * static_cast<size_t>(cx.pair_count) + 2;
+  const size_t image_end = static_cast<size_t>(src_h - 1) * src_stride + src_row;
   for (int r = 0; r < row_count; ++r) {
     const int y = row_first + r;
     const uint8_t* s = src + static_cast<size_t>(y) * src_stride;
-    if (y == src_h - 1) {  // the horizontal kernels read a few bytes past a row's end: not past the image's
+    if (static_cast<size_t>(y) * src_stride + reach > image_end) {
       last_row.assign(s, s + src_row);
-      last_row.resize(src_row + 16, 0);
+      last_row.resize(std::max(src_row, reach) + 16, 0);
       s = last_row.data();
     }
     const RowOut o{mid.data() + static_cast<size_t>(r) * mid_row, mid_plane, dst_w, flip};
