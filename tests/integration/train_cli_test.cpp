@@ -63,6 +63,17 @@ std::vector<int64_t> checkpoint_steps(const std::string& run_dir) {
   return steps;
 }
 
+// (type, step) of each record of a metrics.jsonl, in order.
+std::vector<std::pair<std::string, int64_t>> metric_records(const std::string& path) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  std::istringstream lines(test::read_text(path));
+  for (std::string line; std::getline(lines, line);) {
+    json j = json::parse(line);
+    out.emplace_back(j["type"], j["step"]);
+  }
+  return out;
+}
+
 using test::expect_contains;
 
 TEST(TrainCli, BadConfigExitsTwoNamingTheKey) {
@@ -336,16 +347,7 @@ TEST(TrainCli, ASecondRunOnAFolderInUseExitsTwoNamingTheHolderX6) {
   EXPECT_TRUE(first.running()) << "the refusals must come while the first run trains";
   ASSERT_EQ(first.wait(), 0) << first.err();
   EXPECT_EQ(read_json(d / "shared/summary.json")["params_sha256"], read_json(d / "alone/summary.json")["params_sha256"]);
-  auto records = [](const std::string& path) {
-    std::vector<std::pair<std::string, int64_t>> out;
-    std::istringstream lines(test::read_text(path));
-    for (std::string line; std::getline(lines, line);) {
-      json j = json::parse(line);
-      out.emplace_back(j["type"], j["step"]);
-    }
-    return out;
-  };
-  EXPECT_EQ(records(d / "shared/metrics.jsonl"), records(d / "alone/metrics.jsonl"));
+  EXPECT_EQ(metric_records(d / "shared/metrics.jsonl"), metric_records(d / "alone/metrics.jsonl"));
   EXPECT_EQ(checkpoint_steps(d / "shared"), checkpoint_steps(d / "alone"));
   // Free again once it ended: a rerun finds the run complete.
   auto rerun = test::run_command(small_run(d, "shared", 1));
@@ -405,16 +407,7 @@ TEST(TrainCli, KilledInSecondEpochResumesBitForBit) {
   EXPECT_EQ(got["test_acc"], want["test_acc"]);
   EXPECT_EQ(got["samples"], want["samples"]);
   // The metrics file has no duplicate or missing records after the resume.
-  auto records = [](const std::string& path) {
-    std::vector<std::pair<std::string, int64_t>> out;
-    std::istringstream lines(test::read_text(path));
-    for (std::string line; std::getline(lines, line);) {
-      json j = json::parse(line);
-      out.emplace_back(j["type"], j["step"]);
-    }
-    return out;
-  };
-  EXPECT_EQ(records(d / "killed/metrics.jsonl"), records(d / "uninterrupted/metrics.jsonl"));
+  EXPECT_EQ(metric_records(d / "killed/metrics.jsonl"), metric_records(d / "uninterrupted/metrics.jsonl"));
 }
 
 // Issue 26's recipe: TrivialAugment and random erasing drawn per sample, MixUp/CutMix per batch
