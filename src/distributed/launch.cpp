@@ -192,7 +192,8 @@ int64_t last_step(const std::string& progress_dir, int rank) {
 
 // How one start of the group ended.
 struct GroupEnd {
-  int code = 0;            // what launch returns for it: the first failing rank's exit code
+  int code = 0;            // what launch returns for it: the first failing rank's exit code, or a
+                           // later one's 2 or 3 (its own finding: the first was its consequence)
   bool signalled = false;  // the launcher itself was asked to stop: never restarted
   int rank = -1;           // the first rank that failed, -1 when none did
   std::string what;        // how it ended, in words
@@ -352,8 +353,24 @@ GroupEnd run_group(const LaunchOptions& o, int port, const std::string& run_id, 
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (ok) continue;
       if (stopping) {
+        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+        if ((code == 2 || code == 3) && result != 2 && result != 3 && end.rank >= 0 && !end.remote &&
+            !end.signalled) {
+          // Bad input or divergence is a rank's own finding, never what SIGTERM does: the cause,
+          // which the first failure (a peer that lost its connection to this rank) followed from.
+          log_error("launch: rank {} (pid {}) {}{}: the cause of rank {}'s failure", p.rank, p.pid,
+                    describe_status(status), last_step(progress_dir, p.rank) >= 0
+                                                 ? fmt::format(" at step {}", last_step(progress_dir, p.rank))
+                                                 : "",
+                    end.rank);
+          end.rank = p.rank;
+          end.what = describe_status(status);
+          end.step = last_step(progress_dir, p.rank);
+          result = code;
+          continue;
+        }
         log_info("launch: rank {} (pid {}), being stopped, {}", p.rank, p.pid, describe_status(status));
-        if (result == 0) result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+        if (result == 0) result = code;
         continue;
       }
       end.rank = p.rank;

@@ -168,6 +168,21 @@ TEST(Launch, FailingRankStopsTheOthersAndGivesItsExitCodeX10) {
   }
 }
 
+// A rank that refuses its input (exit 2) ends its connections, and a peer waiting on it fails
+// with exit 1 first, before the refusing rank has finished exiting (seen in a fresh Debian root:
+// the second run on a folder in use exited 1, not 2). The refusal is the cause: the launch exits
+// 2 (no restart) and names that rank.
+TEST(Launch, ALaterRanksBadInputOutranksThePeerThatFailedFirstX10) {
+  LaunchOptions o = sh(2, "if [ \"$RANK\" = 1 ]; then sleep 0.1; exit 1; fi; trap '' TERM; sleep 0.6; exit 2");
+  o.max_restarts = 3;
+  testing::internal::CaptureStderr();
+  const int rc = launch(o);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  test::expect_contains(err, {"rank 1 (pid ", "exited with code 1; stopping the other ranks", "rank 0 (pid ",
+                              "exited with code 2: the cause of rank 1's failure", "not restarting"});
+}
+
 TEST(Launch, RankThatIgnoresSigtermIsKilledAfterTheGracePeriodX10) {
   LaunchOptions o = sh(2, "if [ \"$RANK\" = 0 ]; then sleep 0.3; exit 5; fi; trap '' TERM; sleep 60");
   o.grace_seconds = 1;
