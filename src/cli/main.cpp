@@ -30,6 +30,7 @@
 #include "crucible/obs/progress.h"
 #include "crucible/train/job_config.h"
 #include "crucible/train/trainer.h"
+#include "crucible/train/weight_set.h"
 #include "distributed_commands.h"
 
 namespace crucible {
@@ -111,7 +112,7 @@ int run_train(const JobArgs& args, bool resume, bool restart) {
 int run_eval(const JobArgs& args, const std::string& checkpoint, const std::string& weights) {
   const commands::EvalSummary s = commands::evaluate_checkpoint(load_job(args), checkpoint, weights);
   log_info("eval: test accuracy {:.2f}% (top-5 {:.2f}%), loss {:.6f}, {} of step {} from {}", 100 * s.test_acc,
-           100 * s.test_top5, s.test_loss, s.weights == "ema" ? "weight EMA" : "model", s.step, s.checkpoint);
+           100 * s.test_top5, s.test_loss, train::weight_set_registry().get(s.weights, "--weights").factory.what, s.step, s.checkpoint);
   if (args.json && log_rank() == 0) {
     const nlohmann::json j = {{"test_acc", s.test_acc}, {"test_top5", s.test_top5}, {"test_loss", s.test_loss},
                               {"step", s.step},
@@ -152,11 +153,13 @@ struct Subcommand {
   std::function<int()> run;
 };
 
-// eval's and predict's --weights: the checkpoint's model, or its weight EMA (train.ema).
+// eval's and predict's --weights: the weight sets a checkpoint may hold (weight_set.h).
 void add_weights_option(CLI::App* cmd, std::string& weights) {
-  cmd->add_option("--weights", weights,
-                  "which weights of the checkpoint: model, or ema (the weight EMA of a run with train.ema = true)")
-      ->check(CLI::IsMember({"model", "ema"}))
+  std::string help = "which weights of the checkpoint:";
+  for (const auto& e : train::weight_set_registry().entries()) help += " " + e.name + " (" + e.help + "),";
+  help.back() = '.';
+  cmd->add_option("--weights", weights, help)
+      ->check(CLI::IsMember(train::weight_set_registry().names()))
       ->capture_default_str();
 }
 

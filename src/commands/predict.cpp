@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "crucible/commands/inference.h"
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
 #include "crucible/core/log.h"
@@ -19,6 +18,8 @@
 #include "crucible/train/evaluator.h"
 #include "crucible/train/gather.h"
 #include "crucible/train/loss.h"
+#include "crucible/train/session.h"
+#include "crucible/train/weight_set.h"
 
 namespace crucible::commands {
 
@@ -147,15 +148,16 @@ Predictions Predictor::run(int64_t top_k) {
 PredictSummary predict(const train::JobConfig& config, const PredictOptions& options) {
   const PredictFormat format = check_predict_options(options);  // bad usage fails before any work
   const bool config_weights = !config.model.init.empty() || nn::weights_in_model_file(config.model);
-  const InferenceJob ij = open_inference_job(
+  const std::unique_ptr<train::Session> session = train::Session::open_inference(
       config, {"predict", options.checkpoint, config_weights,
                "give --checkpoint FILE, the run's run.dir/run.name, or weights in the config (model.init = "
                "\"weights.pt\", or model.name = \"torchscript\" or \"exported\" with model.path)",
                options.weights});
-  train::Job& job = *ij.job;
+  train::Job& job = session->job();
   PredictSummary s;
-  if (!ij.checkpoint.empty()) {
-    s.model = fmt::format("{} of step {} from {}", ij.ema ? "weight EMA" : "model", ij.step, ij.checkpoint);
+  if (!session->checkpoint().empty()) {
+    s.model = fmt::format("{} of step {} from {}", session->weight_set().what,
+                          session->checkpoint_step(), session->checkpoint());
   } else if (nn::weights_in_model_file(config.model) && config.model.init.empty()) {
     s.model = fmt::format("{} {} as saved", config.model.name == "torchscript" ? "TorchScript module" : "exported program",
                           config.model.path);
@@ -174,7 +176,7 @@ PredictSummary predict(const train::JobConfig& config, const PredictOptions& opt
   s.samples = p.size();
   s.k = p.k;
   s.classes = p.classes;
-  s.step = ij.step;
+  s.step = session->checkpoint_step();
   s.top1_acc = p.top1_accuracy();
   s.topk_acc = p.topk_accuracy();
   log_info("predict: {} samples in {:.1f} s{}", s.samples,

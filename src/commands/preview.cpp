@@ -27,6 +27,7 @@
 #include "crucible/train/batch_transform.h"
 #include "crucible/train/job.h"
 #include "crucible/train/recipe.h"
+#include "crucible/train/session.h"
 #include "crucible/train/step.h"
 
 namespace crucible::commands {
@@ -149,8 +150,8 @@ PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& opt
   // crop's size).
   train::JobConfig c = config;
   c.train.multi_scale.clear();
-  std::unique_ptr<train::Job> job = train::join_job(std::move(c));
-  train::assemble_data_stages(*job);
+  const std::unique_ptr<train::Session> session = train::Session::open_preview(std::move(c));
+  train::Job* job = &session->job();
   const data::ImageSpec spec = job->train_loader->pipeline().output_spec();
   if (spec.type != data::SampleType::kPixels) {
     throw bad_input("preview: the training data are float features ({}), not pixels: there is nothing to draw",

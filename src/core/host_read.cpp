@@ -2,6 +2,7 @@
 #include "crucible/core/host_read.h"
 
 #include <atomic>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
 
@@ -32,6 +33,43 @@ std::vector<double> host_values(const at::Tensor& t, HostRead why) {
   const at::Tensor c = t.detach().to(at::kCPU, at::kDouble).contiguous();
   const double* p = c.data_ptr<double>();
   return std::vector<double>(p, p + c.numel());
+}
+
+void PackedValues::add(const std::string& name, const at::Tensor& values) {
+  const at::Tensor flat = values.to(at::kDouble).reshape({-1});
+  const size_t offset = entries_.empty() ? 0 : entries_.back().offset + entries_.back().size;
+  entries_.push_back({name, offset, static_cast<size_t>(flat.numel())});
+  parts_.push_back(flat);
+  packed_ = at::Tensor();
+}
+
+at::Tensor& PackedValues::packed() {
+  if (!packed_.defined()) packed_ = at::cat(parts_);
+  return packed_;
+}
+
+void PackedValues::read(HostRead why) { host_ = host_values(packed(), why); }
+
+const PackedValues::Entry& PackedValues::entry(const std::string& name) const {
+  for (const auto& e : entries_) {
+    if (e.name == name) {
+      if (host_.size() < e.offset + e.size) throw std::logic_error("PackedValues: " + name + " read before read()");
+      return e;
+    }
+  }
+  throw std::logic_error("PackedValues: no entry " + name);
+}
+
+std::vector<double> PackedValues::values(const std::string& name) const {
+  const Entry& e = entry(name);
+  return std::vector<double>(host_.begin() + static_cast<std::ptrdiff_t>(e.offset),
+                             host_.begin() + static_cast<std::ptrdiff_t>(e.offset + e.size));
+}
+
+double PackedValues::value(const std::string& name) const {
+  const Entry& e = entry(name);
+  if (e.size != 1) throw std::logic_error("PackedValues: " + name + " holds " + std::to_string(e.size) + " values");
+  return host_[e.offset];
 }
 
 std::array<int64_t, kHostReadReasons> host_read_counts() {

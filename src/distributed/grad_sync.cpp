@@ -16,6 +16,7 @@
 #include <fmt/ranges.h>
 
 #include "crucible/core/error.h"
+#include "crucible/core/host_read.h"
 #include "crucible/distributed/comm.h"
 #include "crucible/nn/model.h"
 
@@ -223,6 +224,25 @@ void broadcast_module(Comm& comm, torch::nn::Module& module, int root) {
 
 void broadcast_module(Comm& comm, nn::Model& model, int root) {
   broadcast_tensors(comm, tensors_of(model.named_parameters()), tensors_of(model.named_buffers()), root);
+}
+
+void check_replicas_equal(Comm& comm, const std::vector<at::Tensor>& params, int64_t step) {
+  if (params.empty()) return;
+  at::NoGradGuard no_grad;
+  at::Tensor fp = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(params.front().device()));
+  for (const auto& p : params) {
+    const at::Tensor d = p.detach().to(at::kDouble);
+    fp[0] += d.sum();
+    fp[1] += d.abs().sum();
+  }
+  const std::vector<double> all = host_values(comm.all_gather(fp), HostRead::kReplicas);  // [rank][2]
+  for (size_t r = 1; r < all.size() / 2; ++r) {
+    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) {
+      throw runtime_error("step {}: rank {} holds different weights from rank 0 (fingerprints {:.17g}/{:.17g} vs "
+                          "{:.17g}/{:.17g}); the replicas diverged",
+                          step, r, all[2 * r], all[2 * r + 1], all[0], all[1]);
+    }
+  }
 }
 
 void sync_buffers(Comm& comm, torch::nn::Module& module, const std::string& policy) {

@@ -31,6 +31,10 @@ void MetricSinks::histograms(int64_t step, const NamedHistograms& named) {
   for (auto& s : sinks_) s->histograms(step, named);
 }
 
+void MetricSinks::checkpoint_written(int64_t step) {
+  for (auto& s : sinks_) s->checkpoint_written(step);
+}
+
 void MetricSinks::finish(int64_t step) {
   for (auto& s : sinks_) s->finish(step);
 }

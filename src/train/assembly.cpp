@@ -37,7 +37,6 @@
 #include "crucible/train/recipe.h"
 #include "crucible/train/schedule.h"
 #include "crucible/train/step.h"
-#include "crucible/train/trainer.h"  // testing:: seams
 
 #ifndef CRUCIBLE_VERSION
 #define CRUCIBLE_VERSION "0.0.0"
@@ -49,12 +48,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Milliseconds from a test seam's variable, or 0 when unset.
-double seam_ms(const char* env) {
-  const char* ms = std::getenv(env);
-  return ms != nullptr && *ms != '\0' ? std::atof(ms) : 0.0;
-}
 
 // Compute threads: this machine's cores shared by its processes; the seeds of every stream (T15).
 void assemble_threads(Job& job) {
@@ -80,14 +73,14 @@ void assemble_data(Job& job, const StoredChoices& stored) {
   // that does not share rank 0's file system they build their own, each written atomically).
   DataSetup ds;
   const auto open = [&] {
-    if (const double ms = seam_ms(testing::kRank0OpenDelayEnv); ms > 0 && job.world.rank == 0) {
+    if (const double ms = job.env.seams.rank0_open_delay_ms; ms > 0 && job.world.rank == 0) {
       std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(1000 * ms)));
     }
     ds = make_data(c, derive_seed(seed, RngStream::kAugment), job.inference);
   };
   distributed::rank0_then_all(job.comm.get(), "open the data", open);
   if (job.comm && job.comm->rank() != 0) open();
-  if (const char* trace = std::getenv(testing::kStepTraceEnv); trace != nullptr && *trace != '\0') {
+  if (const std::string& trace = job.env.seams.step_trace; !trace.empty()) {
     write_file_atomic(fmt::format("{}.rank{}.data", trace, job.world.rank),
                       ds.train->describe() + "\n" + ds.test->describe() + "\n");
   }
@@ -124,7 +117,7 @@ void assemble_data(Job& job, const StoredChoices& stored) {
   data::LoaderOptions train_options = loader_options(c, c.train.batch_size, job.loader_threads);
   data::LoaderOptions test_options = loader_options(c, c.train.eval_batch_size, job.loader_threads);
   train_options.allocate = test_options.allocate = data::DeviceInput::batch_allocator(job.device);  // D9
-  if (const double ms = seam_ms(testing::kSampleDelayEnv); ms > 0) {
+  if (const double ms = job.env.seams.sample_delay_ms; ms > 0) {
     train_options.sample_delay = std::chrono::microseconds(static_cast<int64_t>(1000 * ms));
     log_warn("{}={}: every training sample takes {} ms longer to load (test seam)", testing::kSampleDelayEnv, ms, ms);
   }
@@ -324,10 +317,10 @@ void assemble_optimization(Job& job) {
   log_info("parameter groups (T4): {} tensors with weight decay {}, {} biases/norm weights with {}",
            groups[0].params.size(), groups[0].weight_decay, groups[1].params.size(), groups[1].weight_decay);
   job.optimizer = make_optimizer(c.optim, std::move(groups));
-  const int64_t global_batch = c.train.batch_size * job.world.size;
-  const double lr = c.optim.lr_per_256 > 0 ? c.optim.lr_per_256 * static_cast<double>(global_batch) / 256.0 : c.optim.lr;
+  const int64_t batch = global_batch(c.train, job.world.size);
+  const double lr = c.optim.lr_per_256 > 0 ? c.optim.lr_per_256 * static_cast<double>(batch) / 256.0 : c.optim.lr;
   if (c.optim.lr_per_256 > 0) {
-    log_info("lr = {} per 256 samples × global batch {}{} / 256 = {} (T7)", c.optim.lr_per_256, global_batch,
+    log_info("lr = {} per 256 samples × global batch {}{} / 256 = {} (T7)", c.optim.lr_per_256, batch,
              job.comm ? fmt::format(" ({} ranks × {})", job.world.size, c.train.batch_size) : "", lr);
   }
   job.schedule =
@@ -356,7 +349,7 @@ void assemble_data_parallel(Job& job) {
   std::vector<at::Tensor> tensors;
   for (const auto& p : job.params) tensors.push_back(p.tensor);
   job.grad_sync = std::make_unique<distributed::GradSync>(*job.comm, tensors, c.dist.bucket_mb);
-  if (const double ms = seam_ms(testing::kAllReduceDelayEnv); ms > 0) {
+  if (const double ms = job.env.seams.allreduce_delay_ms; ms > 0) {
     job.grad_sync->set_test_delay(std::chrono::microseconds(static_cast<int64_t>(1000 * ms)));
     log_warn("{}={}: every gradient sync takes {} ms longer (test seam)", testing::kAllReduceDelayEnv, ms, ms);
   }
@@ -370,7 +363,7 @@ void assemble_step(Job& job, const std::string& checkpoint_dir) {
   log_info("optimizer: {}; schedule: {}", job.optimizer->describe(), job.schedule->describe());
   log_info("training: {} epochs × {} steps of batch {}{}{} = {} steps; checkpoint every {} steps, keep {}",
            c.train.epochs, job.steps_per_epoch, c.train.batch_size,
-           job.comm ? fmt::format(" per rank × {} ranks = {}", job.world.size, c.train.batch_size * job.world.size)
+           job.comm ? fmt::format(" per rank × {} ranks = {}", job.world.size, global_batch(c.train, job.world.size))
                     : std::string(),
            c.train.accumulate > 1 ? fmt::format(" ({} micro-batches)", c.train.accumulate) : "", job.total_steps,
            c.checkpoint.every_steps, c.checkpoint.keep);
@@ -385,6 +378,7 @@ void assemble_step(Job& job, const std::string& checkpoint_dir) {
                                          job.comm.get(), job.grad_sync.get());
   job.clock = std::make_unique<obs::PhaseClock>(job.device, c.train.profile != TrainSection::Profile::kOff);
   job.step->set_clock(job.clock.get());
+  job.step->before_forward = testing::fail_if_oom_injected;  // T16's test seam
   if (c.train.profile == TrainSection::Profile::kFull) {
     if (job.model->nn_module() == nullptr) {
       log_warn("train.profile = \"full\": {} marks no layers; per-layer times cover the zoo's models only (the "
@@ -400,7 +394,9 @@ void assemble_step(Job& job, const std::string& checkpoint_dir) {
   job.observers = make_step_observers(job);
   std::vector<std::string> parts;
   for (const auto& t : job.batch_transforms) parts.push_back("batch transform " + t->describe());
-  for (const auto& o : job.observers) parts.push_back("step observer " + o->describe());
+  for (const auto& o : job.observers) {
+    if (!o->describe().empty()) parts.push_back("step observer " + o->describe());
+  }
   if (!parts.empty()) log_info("recipe: {}", fmt::join(parts, "; "));
 }
 
@@ -410,6 +406,7 @@ std::unique_ptr<Job> join_job(JobConfig config) {
   auto job = std::make_unique<Job>();
   job->config = std::move(config);
   const JobConfig& c = job->config;
+  job->env = read_environment();
   job->world = distributed::world_from_env();
   set_log_rank(job->world.rank);
   // Before anything touches CUDA (resolve_device below counts the GPUs): the driver reads

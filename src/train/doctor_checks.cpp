@@ -17,6 +17,7 @@
 #include "crucible/core/memory.h"
 #include "crucible/core/thread_pool.h"
 #include "crucible/nn/model.h"
+#include "crucible/train/environment.h"
 #include "crucible/train/optimizer.h"
 
 namespace crucible::train {
@@ -45,11 +46,11 @@ DoctorCheck check_cores(const JobConfig& job, int local_ranks) {
   DoctorCheck c = doctor_check("cores");
   const int cores = available_cores();
   const int threads = compute_threads(job, local_ranks);
-  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::string omp = read_environment().omp_num_threads;
   c.found = fmt::format("{} core(s) available to this process ({} on the machine); {} rank(s) × {} compute thread(s){}{}",
                         cores, std::thread::hardware_concurrency(), local_ranks, threads,
                         job.train.threads > 0 ? " (train.threads)" : " (train.threads = 0: the cores shared by the ranks)",
-                        omp != nullptr ? fmt::format("; OMP_NUM_THREADS={} (crucible sets its own count)", omp) : "");
+                        !omp.empty() ? fmt::format("; OMP_NUM_THREADS={} (crucible sets its own count)", omp) : "");
   if (static_cast<int64_t>(threads) * local_ranks > cores) {
     c.status = Status::kFail;
     c.fix = fmt::format("the compute threads ({} × {} = {}) oversubscribe the {} core(s): every step waits for threads "

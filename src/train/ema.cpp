@@ -21,15 +21,18 @@
 #include "crucible/train/job.h"
 #include "crucible/train/recipe.h"
 #include "crucible/train/run_state.h"
-#include "crucible/train/trainer.h"
+#include "crucible/train/session.h"
+#include "crucible/train/weight_set.h"
 
 namespace crucible::train {
+
+const WeightSet& ema_weight_set();  // below
 
 double ema_decay(const TrainSection& t, int world_size) {
   if (!t.ema_adjust) return t.ema_decay;
   // train.py: adjust = args.world_size * args.batch_size * args.model_ema_steps / args.epochs
   // (an integer product, then Python's true division), alpha = min(1.0, (1 - decay) * adjust).
-  const int64_t samples = static_cast<int64_t>(world_size) * t.batch_size * t.ema_steps;
+  const int64_t samples = global_batch(t, world_size) * t.ema_steps;
   const double adjust = static_cast<double>(samples) / static_cast<double>(t.epochs);
   const double alpha = std::min(1.0, (1.0 - t.ema_decay) * adjust);
   return 1.0 - alpha;
@@ -139,9 +142,9 @@ class EmaObserver final : public StepObserver {
   void before_checkpoint() override { sync_buffers(); }
 
   void checkpoint_fields(CheckpointIO& io) override {
-    for (auto& t : ema_.tensors()) io.tensor("ema." + t.name, t.tensor);
+    for (auto& t : ema_.tensors()) io.tensor(ema_weight_set().prefix + t.name, t.tensor);
     int64_t n = ema_.n_averaged();
-    io.value("ema.n_averaged", n);
+    io.value(ema_weight_set().marker, n);
     if (io.reading()) ema_.set_n_averaged(n);
     io.note("ema.decay", fmt::format("{:.17g}", ema_.decay()));
     io.value("ema.last_eval_step", last_eval_step_);
@@ -206,6 +209,13 @@ class EmaObserver final : public StepObserver {
 };
 
 }  // namespace
+
+// The average as a weight set of the checkpoint (eval's and predict's --weights ema).
+const WeightSet& ema_weight_set() {
+  static const WeightSet set{"ema.", "ema.n_averaged", "weight EMA", "its run trained with train.ema = false",
+                             "a run trained with train.ema = true"};
+  return set;
+}
 
 std::unique_ptr<StepObserver> make_ema_observer(const Job& job) {
   const TrainSection& t = job.config.train;

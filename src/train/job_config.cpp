@@ -23,7 +23,7 @@ const char* bn_name(DistSection::Bn bn) {
 
 namespace {
 
-// [run] and [data].
+// [run], and [data]'s sources and decoding.
 void bind_run_data(JobConfig& j, ConfigSchema& s) {
   s.add("run", "name", &j.run.name, "run folder name: results go to <dir>/<name>/");
   s.add("run", "dir", &j.run.dir, "folder holding the run folders");
@@ -72,6 +72,10 @@ void bind_run_data(JobConfig& j, ConfigSchema& s) {
         "use N test samples (0 = all): the first N of IDX files, N evenly spaced ones of images (every class in "
         "proportion); more than there are is an error")
       .non_negative();
+}
+
+// [data]'s recipe: augmentation, the sampler, normalisation, the loader.
+void bind_data_recipe(JobConfig& j, ConfigSchema& s) {
   s.add("data", "hflip", &j.data.hflip, "probability of a random horizontal flip").min(0).max(1);
   s.add("data", "augment", &j.data.augment,
         "automatic augmentation after the crop and flip, equal to torchvision's v2 transform of that name")
@@ -133,7 +137,7 @@ void bind_run_data(JobConfig& j, ConfigSchema& s) {
   s.add("data", "prefetch", &j.data.prefetch, "batches prepared ahead of training (bounds memory)").min(1);
 }
 
-// [model], [optim], [schedule] and [loss] (their names: the registries').
+// [model] and [optim] (their names: the registries').
 void bind_model_optimization(JobConfig& j, ConfigSchema& s, const RegisteredNames& names) {
   auto& model_name = s.add("model", "name", &j.model.name, "model architecture");
   if (!names.models.empty()) model_name.choices(names.models);
@@ -165,7 +169,10 @@ void bind_model_optimization(JobConfig& j, ConfigSchema& s, const RegisteredName
   s.add("optim", "eps", &j.optim.eps, "adamw epsilon").positive();
   s.add("optim", "momentum", &j.optim.momentum, "sgd momentum").min(0).max(1, true);
   s.add("optim", "nesterov", &j.optim.nesterov, "sgd Nesterov momentum");
+}
 
+// [schedule] and [loss] (its names: the registry's).
+void bind_schedule_loss(JobConfig& j, ConfigSchema& s, const RegisteredNames& names) {
   s.add("schedule", "name", &j.schedule.name,
         "learning-rate schedule; step, cosine and exponential are torchvision's reference (StepLR, "
         "CosineAnnealingLR, ExponentialLR after an optional warm-up), equal to torch's at every step")
@@ -293,9 +300,15 @@ void bind_outputs_dist(JobConfig& j, ConfigSchema& s) {
 
 void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names) {
   bind_run_data(j, s);
+  bind_data_recipe(j, s);
   bind_model_optimization(j, s, names);
+  bind_schedule_loss(j, s, names);
   bind_train(j, s);
   bind_outputs_dist(j, s);
+}
+
+int64_t global_batch(const TrainSection& train, int world_size) {
+  return train.batch_size * static_cast<int64_t>(world_size);
 }
 
 int compute_threads(const JobConfig& job, int local_ranks) {

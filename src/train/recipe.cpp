@@ -3,6 +3,7 @@
 #include "crucible/train/recipe.h"
 
 #include "crucible/train/job.h"
+#include "crucible/train/weight_set.h"
 
 namespace crucible::train {
 
@@ -12,6 +13,9 @@ std::unique_ptr<BatchTransform> make_mixup_cutmix(const Job& job);       // mixu
 std::unique_ptr<BatchTransform> make_multi_scale(const Job& job);        // multi_scale.cpp
 std::unique_ptr<StepObserver> make_histogram_observer(const Job& job);  // histogram_observer.cpp
 std::unique_ptr<StepObserver> make_ema_observer(const Job& job);        // ema.cpp
+std::unique_ptr<StepObserver> make_launch_progress(const Job& job);     // launch_progress.cpp
+std::unique_ptr<StepObserver> make_test_seams(const Job& job);          // test_seams.cpp
+const WeightSet& ema_weight_set();                                      // ema.cpp
 
 const Registry<BatchTransformFactory>& batch_transform_registry() {
   static const Registry<BatchTransformFactory> registry = [] {
@@ -35,6 +39,23 @@ const Registry<StepObserverFactory>& step_observer_registry() {
     r.add("ema", "train.ema: an exponential moving average of the weights, torchvision's --model-ema, evaluated "
                  "beside the model",
           make_ema_observer);
+    r.add("launch_progress", "crucible launch's progress file: the step each rank is at", make_launch_progress);
+    r.add("test_seams", "the test seams that act on every step (a slow rank, the step trace)", make_test_seams);
+    return r;
+  }();
+  return registry;
+}
+
+const WeightSet& model_weight_set() {
+  static const WeightSet set{"model.", "", "model", "", "every checkpoint"};
+  return set;
+}
+
+const Registry<WeightSet>& weight_set_registry() {
+  static const Registry<WeightSet> registry = [] {
+    Registry<WeightSet> r("weight set");
+    r.add("model", "the checkpoint's model", model_weight_set());
+    r.add("ema", "its weight EMA, of a run with train.ema = true", ema_weight_set());
     return r;
   }();
   return registry;

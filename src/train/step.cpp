@@ -89,6 +89,16 @@ IntervalSums IntervalSums::zeros(c10::Device device) {
   return s;
 }
 
+void IntervalSums::pack(PackedValues& out) const {
+  out.add("loss_sum", loss_sum);
+  out.add("correct", correct);
+  out.add("grad_norm_max", grad_norm_max);
+  out.add("clipped_norm_max", clipped_norm_max);
+  const int64_t groups = group_norms.size(0) / 2;  // the updates' norms, then the weights' (below)
+  out.add("update_norm", group_norms.narrow(0, 0, groups));
+  out.add("weight_norm", group_norms.narrow(0, groups, groups));
+}
+
 void IntervalSums::zero() {
   loss_sum.zero_();
   correct.zero_();
@@ -208,7 +218,7 @@ void TrainStep::forward_backward(const at::Tensor& x, const at::Tensor& y, int64
       o.autocast = options_.precision.mixed();
       o.amp_dtype = autocast_dtype(options_.precision);
       o.loss_scale = scaler_.enabled() ? scaler_.scale() : 1.0;
-      o.before_forward = before_forward;
+      if (before_forward) o.before_forward = [this, step](int64_t samples) { before_forward(step, samples); };
       o.clock = clock_;
       if (grad_sync_ != nullptr) {
         o.before_backward = [this](bool last) { grad_sync_->communicate(last); };  // M5: only the last

@@ -2,6 +2,7 @@
 // batch (T16, D5) — the run completes, the log names the step and the split, and the result is
 // close to an unfaulted run; precision "auto" picks the fastest candidate it timed; a step
 // observer gets the whole contract of its seam, across a resume.
+#include "crucible/train/environment.h"
 #include "crucible/train/trainer.h"
 
 #include <ATen/Context.h>

@@ -18,10 +18,10 @@ struct EvalSummary {
   double test_loss = 0;
   int64_t step = 0;  // the checkpoint's training step
   std::string params_sha256;  // of the weights evaluated (with ema: summary.json's ema_sha256 at that step)
-  std::string weights = "model";  // "model" | "ema"
+  std::string weights = "model";  // a weight set (train/weight_set.h): "model", "ema"
 };
 
-// bad_input when there is no checkpoint to evaluate, or `weights` = "ema" and it holds no EMA.
+// bad_input when there is no checkpoint to evaluate, or it does not hold the weight set `weights`.
 EvalSummary evaluate_checkpoint(const train::JobConfig& config, const std::string& checkpoint = "",
                                 const std::string& weights = "model");
 

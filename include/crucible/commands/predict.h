@@ -23,7 +23,7 @@ struct PredictOptions {
   std::string checkpoint;  // the model's weights; empty = the newest checkpoint that verifies in
                            // <run.dir>/<run.name>/checkpoints, or with none there the config's own
                            // (model.init, or a TorchScript model.path)
-  std::string weights = "model";  // "model" | "ema": the checkpoint's weight EMA (train.ema)
+  std::string weights = "model";  // a weight set of the checkpoint (train/weight_set.h): "model", "ema"
 };
 
 enum class PredictFormat {

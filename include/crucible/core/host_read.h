@@ -33,6 +33,33 @@ const char* host_read_name(HostRead why);
 // to the CPU or an at::equal() in its sources that does not say why it is outside the step.
 std::vector<double> host_values(const at::Tensor& t, HostRead why);
 
+// Values of several device tensors packed by name into one tensor of doubles, so that a
+// collective reduces them in one call and the host reads them in one counted read; then read
+// back by name, so no reader counts positions. Not thread-safe.
+class PackedValues {
+ public:
+  // Appends `values` (any dtype and shape, flattened in row-major order) under `name`.
+  void add(const std::string& name, const at::Tensor& values);
+  // Every entry in the order added, one double tensor on their device (made on the first call).
+  at::Tensor& packed();
+  // One host read of packed(), counted as `why`.
+  void read(HostRead why);
+  // After read(): an entry's values, or its one value (bad name or size: std::logic_error).
+  std::vector<double> values(const std::string& name) const;
+  double value(const std::string& name) const;
+
+ private:
+  struct Entry {
+    std::string name;
+    size_t offset = 0, size = 0;
+  };
+  const Entry& entry(const std::string& name) const;
+  std::vector<Entry> entries_;
+  std::vector<at::Tensor> parts_;
+  at::Tensor packed_;
+  std::vector<double> host_;
+};
+
 // Reads counted since the process started, by reason (index: the enum's value).
 std::array<int64_t, kHostReadReasons> host_read_counts();
 

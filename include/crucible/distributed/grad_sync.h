@@ -60,6 +60,12 @@ class GradSync {
 void broadcast_module(Comm& comm, torch::nn::Module& module, int root = 0);
 void broadcast_module(Comm& comm, nn::Model& model, int root = 0);
 
+// The replicas must hold the same weights: a cheap fingerprint of `params` per rank (the sum and
+// the sum of absolute values, in double) is compared at every checkpoint, so a divergence is
+// caught where it starts, not in a worse model. runtime_error naming `step` and the first rank
+// that differs from rank 0. A collective: every rank calls it.
+void check_replicas_equal(Comm& comm, const std::vector<at::Tensor>& params, int64_t step);
+
 // M2: BatchNorm running statistics made equal across ranks: "broadcast" takes rank 0's,
 // "average" the mean over ranks. Other buffers (counters) are broadcast. Call before
 // evaluating and before a checkpoint.

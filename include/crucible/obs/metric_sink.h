@@ -1,7 +1,7 @@
 // Where a run's metrics go. The Trainer hands every record (metrics.jsonl's schema: "type" =
 // "train" | "eval", "step", "epoch", …) to a MetricSinks fan-out, and each sink renders what it
-// needs: JSON Lines, the progress bar; a new sink (TensorBoard, a report) is one file and one
-// line where the sinks are made. Rank 0 only (law 4). Torch-free. Not thread-safe.
+// needs: JSON Lines, the progress bar, TensorBoard, the report; a new sink is one file and one
+// line in the train layer's sink registry (train/sinks.h). Rank 0 only (law 4). Torch-free. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,8 @@ class MetricSink {
   virtual void step_done(int64_t step, int64_t epoch) {}
   // Histograms of the weights and gradients (every log.histogram_every steps).
   virtual void histograms(int64_t step, const NamedHistograms& named) {}
+  // A checkpoint of `step` was written (the run folder's files are complete up to it).
+  virtual void checkpoint_written(int64_t step) {}
   // The run ended at `step` (trained and evaluated); not called when it failed.
   virtual void finish(int64_t step) {}
   // Something else is about to print (evaluation, checkpoint, the end): clear any live display.
@@ -70,6 +72,7 @@ class MetricSinks {
   void write(const nlohmann::json& record);
   void step_done(int64_t step, int64_t epoch);
   void histograms(int64_t step, const NamedHistograms& named);
+  void checkpoint_written(int64_t step);
   void finish(int64_t step);
   void pause();
   bool empty() const { return sinks_.empty(); }

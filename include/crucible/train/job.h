@@ -17,6 +17,7 @@
 #include "crucible/nn/collective.h"
 #include "crucible/nn/model.h"
 #include "crucible/train/batch_transform.h"
+#include "crucible/train/environment.h"
 #include "crucible/train/grad_scaler.h"
 #include "crucible/train/job_config.h"
 #include "crucible/train/optimizer.h"  // NamedTensor
@@ -63,6 +64,7 @@ struct Job {
   Job& operator=(const Job&) = delete;
 
   JobConfig config;
+  Environment env;  // the environment variables the train layer reads, read when the job is joined
 
   // The world (law 7): one process per device; a null comm is a single process.
   distributed::World world;

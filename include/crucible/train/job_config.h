@@ -188,6 +188,10 @@ const char* bn_name(DistSection::Bn bn);
 // allowed): logging, checkpoint cadence, loader threads.
 bool key_is_cosmetic(const std::string& full_name);
 
+// The samples of one optimizer step over every rank: train.batch_size per rank × `world_size`
+// (the batch lr_per_256 scales by, T7, and the weight EMA's adjustment counts).
+int64_t global_batch(const TrainSection& train, int world_size);
+
 // The compute threads each of `local_ranks` processes on this machine uses: train.threads, or
 // (0) the cores available shared among them.
 int compute_threads(const JobConfig& job, int local_ranks);

@@ -85,4 +85,12 @@ class CheckpointIO {
   std::string path_;
 };
 
+struct Job;
+
+// A run's checkpoint, listed once: the model, optimizer, generators, the interval's sums, `st`,
+// the scaler, the step's counters, every step observer's fields and the provenance notes.
+// Written at every checkpoint through a writer; read back on resume through a reader (which
+// checks that the checkpoint was written for this job's total steps).
+void job_checkpoint_fields(CheckpointIO& io, Job& job, RunState& st);
+
 }  // namespace crucible::train

@@ -40,6 +40,10 @@ class PhaseClock;
 enum class Phase;
 }
 
+namespace crucible {
+class PackedValues;
+}
+
 namespace crucible::train {
 
 class GradScaler;
@@ -92,6 +96,9 @@ struct IntervalSums {
   at::Tensor group_norms;
   static IntervalSums zeros(c10::Device device);
   void zero();
+  // Into `out` by name, for the interval's one read: loss_sum, correct, grad_norm_max,
+  // clipped_norm_max, then update_norm and weight_norm (one value per parameter group).
+  void pack(PackedValues& out) const;
 };
 
 // Counters a checkpoint keeps.
@@ -142,8 +149,8 @@ class TrainStep {
   // The step-time breakdown's clock (the Trainer's): forward, backward, communication,
   // optimizer and host-sync laps. Null: not timed.
   void set_clock(obs::PhaseClock* clock) { clock_ = clock; }
-  // Test seam (T16): called with each micro-batch's size before its forward.
-  std::function<void(int64_t samples)> before_forward;
+  // Test seam (T16): called with the step and each micro-batch's size before its forward.
+  std::function<void(int64_t step, int64_t samples)> before_forward;
   // When set: called with the gradients the optimizer is about to apply (averaged over ranks,
   // unscaled, clipped; names parallel), on the steps it takes. The trainer sets it on the steps
   // whose histograms it writes (log.histogram_every).

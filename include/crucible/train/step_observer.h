@@ -26,6 +26,7 @@ namespace crucible::train {
 
 class CheckpointIO;
 class Evaluator;
+struct DeviceBatch;
 struct EvalResult;
 
 // Figures an observer adds to an evaluation ("test_acc_ema", 0.93): written with the eval
@@ -45,6 +46,9 @@ struct StepEvent {
 class StepObserver {
  public:
   virtual ~StepObserver() = default;
+  // Before every step, with its batch on the device after the batch transforms (`batch.step`:
+  // the steps taken before it). Timed as the batch's transfer.
+  virtual void before_step(const DeviceBatch& batch) {}
   // Whether the update of step `step` (1-based: the step about to be taken is step + 1) should
   // hand this observer its gradients (gradients() is then called before the update).
   virtual bool wants_gradients(int64_t next_step) const { return false; }
@@ -68,6 +72,8 @@ class StepObserver {
   // Once at the end of training, on rank 0, after the model is written to the run folder
   // `run_dir`: what the observer keeps beside it (e.g. averaged weights, written as the model's).
   virtual void after_training(nn::Model& model, const std::string& run_dir) {}
+  // For the log's "recipe:" line; empty for an observer that is not part of the recipe (the
+  // launcher's progress file, the test seams).
   virtual std::string describe() const = 0;
 };
 

@@ -39,6 +39,7 @@ struct SessionRecord {
   // held on the device after each epoch end (compat::held_memory_bytes: the CPU's resident set).
   std::vector<int64_t> released_bytes;
   std::vector<int64_t> held_bytes_after;
+  EvalFigures last_eval_figures;  // the step observers' figures of the last evaluation
 
   void start(int64_t step, const Job& job);  // the loop begins at `step`
   std::array<int64_t, kHostReadReasons> host_reads() const;  // since start(), by reason

@@ -1,8 +1,9 @@
-// The Trainer is the loop: it assembles the job (job.h), resumes from the newest verified
-// checkpoint, then runs epochs of steps — batch transforms, TrainStep, step observers — with
-// metrics kept on the device (law 2), evaluation after every epoch through EvalGuard (M1),
-// checkpoints, and the run folder (config.toml, metrics.jsonl, train.log, checkpoints/,
-// summary.json) through its sinks. Not thread-safe: one Trainer per process.
+// The Trainer trains a job: a Session opens the run (session.h: the run folder, the newest
+// verified checkpoint, the job assembled with its stored choices, the state restored), the loop
+// runs epochs of steps — batch transforms, TrainStep, step observers — with metrics kept on the
+// device (law 2), evaluation after every epoch through EvalGuard (M1) and checkpoints, and the
+// Session finishes the run (the model written out, summary.json, the report). Not thread-safe:
+// one Trainer per process.
 #pragma once
 
 #include <cstdint>
@@ -13,10 +14,6 @@
 
 #include "crucible/train/job_config.h"
 #include "crucible/train/precision.h"
-
-namespace crucible::nn {
-class Model;
-}
 
 namespace crucible::train {
 
@@ -70,33 +67,5 @@ RegisteredNames registered_names();
 
 // Asks a running Trainer to stop at the next step boundary, checkpoint and return (SIGINT).
 void request_stop();
-
-// A user model from Python (TorchScript or torch.export) is, at the end of training, written
-// back to its run folder in its own format (Model::save_program: <stem>.ts.pt for
-// torch.jit.load, <stem>.pt2 for torch.export's loaders) and as <stem>.safetensors (plain
-// state_dict names); false (nothing written) for a model that cannot (the zoo's: their weights
-// are the checkpoints' model.* tensors). Rank 0 only (law 4).
-bool export_model(nn::Model& model, const std::string& run_dir, const std::string& stem);
-
-namespace testing {
-// Test seam (T16): at optimizer step `step`, every micro-batch larger than `max_micro_batch`
-// samples fails as an allocation failure would. step < 0 disarms it.
-void inject_oom(int64_t step, int64_t max_micro_batch);
-// Test seam (M4): with CRUCIBLE_TEST_STEP_TRACE=PREFIX in the environment, each rank appends
-// "<step> <input size>" for every training step to PREFIX.rank<R>, and writes what its data
-// pipelines say of themselves (describe(), the train's then the test's) to PREFIX.rank<R>.data (X8).
-constexpr const char* kStepTraceEnv = "CRUCIBLE_TEST_STEP_TRACE";
-// Test seams for the bottleneck verdict: each training sample takes this many milliseconds
-// longer to load (input-bound), each gradient sync this many longer to finish
-// (communication-bound).
-constexpr const char* kSampleDelayEnv = "CRUCIBLE_TEST_SAMPLE_DELAY_MS";
-constexpr const char* kAllReduceDelayEnv = "CRUCIBLE_TEST_ALLREDUCE_DELAY_MS";
-// Test seam (X8): rank 0 waits this many milliseconds before it opens the data, so a rank that
-// did not wait for it would open the data first.
-constexpr const char* kRank0OpenDelayEnv = "CRUCIBLE_TEST_RANK0_OPEN_DELAY_MS";
-// Test seam (stragglers): "R:MS" makes rank R spend MS milliseconds more on every step, before
-// its forward, so the other ranks wait for it at the gradient sync.
-constexpr const char* kSlowRankEnv = "CRUCIBLE_TEST_SLOW_RANK";
-}  // namespace testing
 
 }  // namespace crucible::train
