@@ -540,6 +540,33 @@ void augment_image(py::buffer buffer, const std::string& name, const std::map<st
   t->apply(img, rng);
 }
 
+// The training chain of sample transforms a job with `settings` (crucible keys, "data.solarize=0.5")
+// runs, applied in place to one image as to sample (seed, epoch, index): what the loader does to
+// a crop, for any registered transform. Returns the chain's phrases.
+std::vector<std::string> sample_transforms_image(py::buffer buffer, const std::vector<std::string>& settings,
+                                                 uint64_t seed, uint64_t epoch, uint64_t index) {
+  py::buffer_info info;
+  const data::ImageRef img = chw_image(buffer, info);
+  train::JobConfig job;
+  ConfigSchema schema;
+  train::bind_job_config(job, schema);
+  schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
+  for (const auto& s : settings) schema.apply_override(s);
+  data::ImageSpec spec;
+  spec.type = data::SampleType::kPixels;
+  spec.channels = img.channels;
+  spec.height = img.height;
+  spec.width = img.width;
+  spec.order = img.channels == 3 ? data::ColorOrder::kRGB : data::ColorOrder::kGray;
+  const data::SampleTransforms chain = train::training_transforms(job, spec);
+  std::vector<std::string> phrases;
+  for (const auto& t : chain) phrases.push_back(t->describe());
+  py::gil_scoped_release release;
+  SampleRng rng(seed, epoch, index);
+  data::apply_transforms(chain, 0, img, rng);
+  return phrases;
+}
+
 }  // namespace
 }  // namespace crucible::python
 
@@ -601,6 +628,9 @@ PYBIND11_MODULE(_native, m) {
   m.def("augment_plan", &augment_plan, "the operations a policy draws for one sample");
   m.def("augmix_plan", &augmix_plan, "AugMix's draws for one sample: (m0, m1), chain weights, chains");
   m.def("autoaugment_policy", &autoaugment_policy, "AutoAugment's sub-policies of one policy, as torchvision lists them");
+  m.def("sample_transforms_image", &sample_transforms_image,
+        "the training chain of sample transforms a job with these settings runs, applied to one uint8 [C, H, W] array "
+        "as to sample (seed, epoch, index)");
   m.def("augment_image", &augment_image, "a policy applied to one uint8 [C, H, W] array as to sample (seed, epoch, index)");
   m.def("load", &load, "arrays of an npy/npz/safetensors/.pt file as DLPack capsules");
   m.def("save", &save, "write (name, dtype, shape, bytes) arrays as safetensors, npy or npz");

@@ -452,4 +452,8 @@ std::vector<std::pair<std::string, std::string>> ConfigSchema::values() const {
   return out;
 }
 
+void PieceOptions::throw_type_mismatch(const std::string& piece) {
+  throw runtime_error("piece \"{}\": its options were asked for as another type (two pieces share the name?)", piece);
+}
+
 }  // namespace crucible

@@ -7,6 +7,7 @@
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
 #include "crucible/data/augment.h"
+#include "crucible/data/random_solarize.h"
 #include "crucible/data/repeated_sampler.h"
 
 namespace crucible::train {
@@ -62,12 +63,14 @@ std::shared_ptr<const data::SampleTransform> make_augment(const JobConfig& job, 
 
 }  // namespace
 
-const Registry<SampleTransformFactory>& sample_transform_registry() {
-  static const Registry<SampleTransformFactory> registry = [] {
-    Registry<SampleTransformFactory> r("sample transform");
-    r.add("hflip", "data.hflip: a random horizontal flip (torchvision's RandomHorizontalFlip)", make_flip);
+const Registry<SampleTransformPiece>& sample_transform_registry() {
+  static const Registry<SampleTransformPiece> registry = [] {
+    Registry<SampleTransformPiece> r("sample transform");
+    r.add("hflip", "data.hflip: a random horizontal flip (torchvision's RandomHorizontalFlip)", {nullptr, make_flip});
     r.add("augment", "data.augment: RandAugment, TrivialAugmentWide, AutoAugment or AugMix (torchvision's v2)",
-          make_augment);
+          {nullptr, make_augment});
+    r.add("solarize", "data.solarize: torchvision's RandomSolarize",
+          sample_transform_piece<data::RandomSolarizeOptions>("solarize", data::make_random_solarize));
     return r;
   }();
   return registry;
@@ -76,9 +79,15 @@ const Registry<SampleTransformFactory>& sample_transform_registry() {
 data::SampleTransforms training_transforms(const JobConfig& job, const data::ImageSpec& spec) {
   data::SampleTransforms chain;
   for (const auto& e : sample_transform_registry().entries()) {
-    if (auto t = e.factory(job, spec)) chain.push_back(std::move(t));
+    if (auto t = e.factory.make(job, spec)) chain.push_back(std::move(t));
   }
   return chain;
+}
+
+void declare_piece_settings(JobConfig& job, ConfigSchema& schema) {
+  for (const auto& e : sample_transform_registry().entries()) {
+    if (e.factory.declare) e.factory.declare(job, schema);
+  }
 }
 
 const Registry<SamplerFactory>& sampler_registry() {

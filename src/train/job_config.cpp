@@ -305,6 +305,7 @@ void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names
   bind_schedule_loss(j, s, names);
   bind_train(j, s);
   bind_outputs_dist(j, s);
+  declare_piece_settings(j, s);  // the pieces' own keys, declared in their files
 }
 
 int64_t global_batch(const TrainSection& train, int world_size) {

@@ -341,6 +341,47 @@ class AugMixAndQuarterTurnsTest(unittest.TestCase):
         print(f"\nrotate by multiples of 90 degrees: {checked} cases equal torchvision's")
 
 
+class RandomSolarizeTest(unittest.TestCase):
+    """data.solarize (issue 36): a sample transform whose settings are declared in its own file
+    (src/data/random_solarize.cpp), run through the training chain the loader runs. Where its
+    draw applies it, the pixels equal torchvision's RandomSolarize (v2 with p=1, or 0.14's
+    functional.solarize); elsewhere the image is untouched; it applies on a p share of samples."""
+
+    def test_random_solarize_equals_torchvision_where_it_applies(self):
+        from crucible import _native
+        rnd = Images(7)
+        images = [rnd.image(trial) for trial in range(10)]
+        base = ["data.hflip=0", "data.augment=none"]
+        n, p = 400, 0.3
+
+        def ours(index, threshold):
+            img = images[index % len(images)].clone().contiguous()
+            chain = _native.sample_transforms_image(
+                img.numpy(), base + [f"data.solarize={p}", f"data.solarize_threshold={threshold}"], 11, 2, index)
+            self.assertEqual(len(chain), 1, chain)
+            self.assertTrue(chain[0].startswith("solarize"), chain)
+            return img
+
+        # Threshold 0 inverts every value (255 - x != x for uint8): it shows which samples draw it.
+        applied = [not torch.equal(ours(i, 0.0), images[i % len(images)]) for i in range(n)]
+        count = sum(applied)
+        self.assertGreater(chi2_pvalue([count, n - count], [n * p, n * (1 - p)]), 1e-4, f"{count} of {n}")
+        for threshold in (1.0, 100.5, 127.5, 128.0, 200.0, 255.0):
+            for i in range(n):
+                img = images[i % len(images)]
+                if V2:
+                    theirs = TV2.RandomSolarize(threshold, p=1.0)(img)
+                else:
+                    theirs = T.solarize(img, threshold)
+                expected = theirs if applied[i] else img
+                self.assertTrue(torch.equal(ours(i, threshold), expected), f"sample {i}, threshold {threshold}")
+        # Off by default: no transform in the chain, the image as it was.
+        img = images[0].clone().contiguous()
+        self.assertEqual(_native.sample_transforms_image(img.numpy(), base, 11, 2, 0), [])
+        self.assertTrue(torch.equal(img, images[0]))
+        print(f"\nRandomSolarize: {count} of {n} samples drawn at p={p}; each equal to torchvision's at 6 thresholds")
+
+
 def make_photos(root):
     """Photo-like JPEGs (smooth colour fields under noise) of every chroma subsampling, a
     progressive one, a grey one, one tagged EXIF orientation 6, and a PNG; in one class folder, in

@@ -11,6 +11,7 @@
 #include "crucible/core/config.h"
 #include "crucible/core/error.h"
 #include "crucible/core/rng.h"
+#include "crucible/data/random_solarize.h"
 #include "crucible/data/repeated_sampler.h"
 #include "crucible/data/transform.h"
 #include "test_util.h"
@@ -21,7 +22,7 @@ namespace {
 const data::ImageSpec kPixels{4, 5, 3, data::ColorOrder::kRGB};
 
 TEST(DataRecipe, RegistriesListTheirEntriesInChainOrder) {
-  EXPECT_EQ(sample_transform_registry().names(), (std::vector<std::string>{"hflip", "augment"}));
+  EXPECT_EQ(sample_transform_registry().names(), (std::vector<std::string>{"hflip", "augment", "solarize"}));
   EXPECT_EQ(sampler_registry().names(), (std::vector<std::string>{"distributed", "repeated"}));
 }
 
@@ -141,6 +142,40 @@ TEST(DataRecipe, RepeatedIsRASamplerWithDataRepeatsX1) {
   EXPECT_EQ(s->describe(), "RASampler (shuffled, 4 repeats, rank 2 of 3): 256 samples an epoch");
   test::expect_bad_input([&] { make_training_sampler(job, {200, 0, {}}); },
                          {"data.sampler = \"repeated\"", "200 samples", "at least 256"});
+}
+
+// A piece that declares its settings in its own file (data.solarize, random_solarize.cpp): the
+// keys are the config's like any other (loaded, checked, in --help and the resolved TOML), the
+// options live in JobConfig::pieces (copied deeply with the config), and the factory reads them:
+// the transform follows the flip and the automatic augmentation.
+TEST(DataRecipe, APieceDeclaresItsOwnSettings) {
+  JobConfig job;
+  ConfigSchema schema;
+  bind_job_config(job, schema);
+  EXPECT_NE(schema.help_text().find("solarize_threshold"), std::string::npos);
+  EXPECT_NE(schema.to_toml().find("solarize = 0.0"), std::string::npos);
+  schema.load_string("[data]\nsolarize = 0.25\nsolarize_threshold = 100.5\nhflip = 0.5\naugment = \"autoaugment\"\n",
+                     "ok.toml");
+  EXPECT_EQ(job.pieces.get<data::RandomSolarizeOptions>("solarize").p, 0.25);
+  EXPECT_EQ(job.pieces.get<data::RandomSolarizeOptions>("solarize").threshold, 100.5);
+  const data::SampleTransforms chain = training_transforms(job, kPixels);
+  ASSERT_EQ(chain.size(), 3u);
+  EXPECT_EQ(chain[2]->describe(), "solarize p=0.25 threshold=100.5");
+  JobConfig copy = job;  // deep: the copy's settings are its own
+  copy.pieces.of<data::RandomSolarizeOptions>("solarize").p = 0;
+  EXPECT_EQ(job.pieces.get<data::RandomSolarizeOptions>("solarize").p, 0.25);
+  EXPECT_EQ(training_transforms(copy, kPixels).size(), 2u);
+  test::expect_bad_input([&] { schema.load_string("[data]\nsolarize = 1.5\n", "bad.toml"); }, {"data.solarize", "1.5"});
+  test::expect_bad_input([&] { schema.load_string("[data]\nsolarize_threshold = 256\n", "bad.toml"); },
+                         {"data.solarize_threshold", "256"});
+  data::ImageSpec features = kPixels;
+  features.type = data::SampleType::kFeatures;
+  job.data.hflip = 0;
+  job.data.augment = "none";
+  test::expect_bad_input([&] { training_transforms(job, features); }, {"data.solarize", "float features"});
+  JobConfig fresh;  // never bound: the defaults, off
+  EXPECT_EQ(fresh.pieces.get<data::RandomSolarizeOptions>("solarize").p, 0);
+  EXPECT_EQ(training_transforms(fresh, kPixels).size(), 1u);  // the default flip alone
 }
 
 TEST(DataRecipe, DataSamplerIsACheckedKey) {

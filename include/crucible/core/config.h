@@ -5,8 +5,10 @@
 // Torch-free. Not thread-safe: build, load and read from one thread.
 #pragma once
 
+#include <any>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -130,6 +132,35 @@ class ConfigSchema {
   Error unknown_key(const std::string& where, const std::string& section, const std::string& key) const;
 
   std::vector<std::unique_ptr<ConfigKey>> keys_;
+};
+
+// The settings of the pieces a job's config collects without naming them (a sample transform's,
+// declared in the piece's own file): each an options struct of the piece's, by the piece's name,
+// holding its defaults until a config sets them. Copies are deep (each JobConfig its own).
+class PieceOptions {
+ public:
+  // `piece`'s options, made with their defaults on first use (runtime_error for another type).
+  template <typename T>
+  T& of(const std::string& piece) {
+    std::any& slot = options_[piece];
+    if (!slot.has_value()) slot = T{};
+    return cast<T>(slot, piece);
+  }
+  // `piece`'s options as declared, or their defaults when nothing declared them.
+  template <typename T>
+  T get(const std::string& piece) const {
+    const auto it = options_.find(piece);
+    return it == options_.end() ? T{} : cast<T>(const_cast<std::any&>(it->second), piece);
+  }
+
+ private:
+  template <typename T>
+  static T& cast(std::any& slot, const std::string& piece) {
+    if (T* t = std::any_cast<T>(&slot)) return *t;
+    throw_type_mismatch(piece);
+  }
+  [[noreturn]] static void throw_type_mismatch(const std::string& piece);
+  std::map<std::string, std::any> options_;
 };
 
 }  // namespace crucible

@@ -17,11 +17,31 @@
 
 namespace crucible::train {
 
-// A sample transform for the job's training pipeline whose samples are `spec`, or null when
-// the job does not turn it on. Throws bad_input for a setting it cannot honour.
-using SampleTransformFactory =
-    std::function<std::shared_ptr<const data::SampleTransform>(const JobConfig& job, const data::ImageSpec& spec)>;
-const Registry<SampleTransformFactory>& sample_transform_registry();
+// A sample transform: the settings it declares and its factory. `make` gives the transform for
+// the job's training pipeline whose samples are `spec`, or null when the job does not turn it
+// on, and throws bad_input for a setting it cannot honour. `declare` binds the piece's own keys
+// to its options in job.pieces (empty for the first pieces, whose keys are DataSection's).
+struct SampleTransformPiece {
+  std::function<void(JobConfig& job, ConfigSchema& schema)> declare;
+  std::function<std::shared_ptr<const data::SampleTransform>(const JobConfig& job, const data::ImageSpec& spec)> make;
+};
+const Registry<SampleTransformPiece>& sample_transform_registry();
+
+// The registry entry of a piece that keeps its settings in its own file: an options struct
+// `Options` with its defaults, `declare_settings(ConfigSchema&, Options&)` declaring its keys
+// (found by argument-dependent lookup), and `make` building the transform from them.
+template <typename Options>
+SampleTransformPiece sample_transform_piece(
+    const std::string& name,
+    std::shared_ptr<const data::SampleTransform> (*make)(const Options& options, const data::ImageSpec& spec)) {
+  return {[name](JobConfig& job, ConfigSchema& schema) { declare_settings(schema, job.pieces.of<Options>(name)); },
+          [name, make](const JobConfig& job, const data::ImageSpec& spec) {
+            return make(job.pieces.get<Options>(name), spec);
+          }};
+}
+
+// Binds every registered piece's own settings (bind_job_config calls it).
+void declare_piece_settings(JobConfig& job, ConfigSchema& schema);
 
 // The training pipeline's chain: every registered transform the job turns on, in registration
 // order. (Evaluation pipelines run none.)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "crucible/core/config.h"
 #include "crucible/data/loader.h"
 #include "crucible/data/pipeline.h"
 #include "crucible/nn/model_options.h"
@@ -165,6 +166,10 @@ struct JobConfig {
   CheckpointSection checkpoint;
   LogSection log;
   DistSection dist;
+  // The settings each registered piece declares in its own file (sample transforms:
+  // data_recipe.cpp's registry), by the piece's name: JobConfig collects them, bind_job_config
+  // binds them, the piece's factory reads them.
+  PieceOptions pieces;
 };
 
 // The names the registries hold (models, losses, optimizers): the allowed values of
