@@ -201,7 +201,6 @@ struct LoaderArgs {
   int64_t batch_size = 0, crop = 224, seed = 0, rank = 0, world_size = 1;
   int threads = 0;  // 0: measured (D10)
   bool train = true, drop_last = false, nchw = true;
-  double hflip = 0.0;                  // ArrayLoader: flip probability of uint8 images
   bool given_buffers = false;          // batches go into buffers the Python side gives (D9)
   std::vector<std::string> overrides;  // "data.cache=decoded", … (the job config's keys)
 };
@@ -220,13 +219,13 @@ class NativeLoader {
   // ArrayLoader: features and labels memory-mapped (D13), a random flip of uint8 images.
   static std::unique_ptr<NativeLoader> arrays(const LoaderArgs& a) {
     auto l = std::unique_ptr<NativeLoader>(new NativeLoader(a));
-    if (a.hflip < 0 || a.hflip > 1) throw bad_input("ArrayLoader: hflip must be in 0–1 (found {})", a.hflip);
     std::shared_ptr<const data::Source> source = data::load_array_source(a.features, a.labels);
-    if (source->spec().type == data::SampleType::kFeatures && a.hflip > 0) {
+    // data.hflip comes with the overrides (the Python side's hflip=), checked by its declaration.
+    if (source->spec().type == data::SampleType::kFeatures &&
+        l->job_.pieces.get<data::RandomHorizontalFlipOptions>("hflip").p > 0) {
       throw bad_input("ArrayLoader: hflip flips uint8 images; {} holds float features", a.features);
     }
     // The training chain a job with these settings runs: the flip, then data.augment (settings).
-    l->job_.data.hflip = a.hflip;
     data::SampleTransforms transforms;
     if (source->spec().type == data::SampleType::kPixels) {
       transforms = train::training_transforms(l->job_, source->spec());
@@ -602,7 +601,6 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("train", &LoaderArgs::train)
       .def_readwrite("drop_last", &LoaderArgs::drop_last)
       .def_readwrite("nchw", &LoaderArgs::nchw)
-      .def_readwrite("hflip", &LoaderArgs::hflip)
       .def_readwrite("given_buffers", &LoaderArgs::given_buffers)
       .def_readwrite("overrides", &LoaderArgs::overrides);
 

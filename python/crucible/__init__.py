@@ -292,8 +292,7 @@ class ArrayLoader(_Loader):
         a.features = str(features)
         a.labels = str(labels)
         a.train = bool(shuffle)
-        a.hflip = float(hflip)
-        a.overrides = self._augment_settings(augment, augment_options)
+        a.overrides = [f"data.hflip={float(hflip)}"] + self._augment_settings(augment, augment_options)
         self._setup(_native.Loader.arrays, a, epoch=epoch, dtype=dtype, mean=mean, std=std, pin_memory=pin_memory)
 
 

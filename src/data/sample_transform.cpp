@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include "crucible/core/config.h"
 #include "crucible/core/error.h"
+#include "crucible/core/log.h"
+#include "crucible/data/image.h"
 #include "crucible/data/transform.h"
 
 namespace crucible::data {
@@ -38,5 +41,19 @@ bool RandomHorizontalFlip::fold_mirror(SampleRng& rng, bool* mirror) const {
 }
 
 std::string RandomHorizontalFlip::describe() const { return fmt::format("flip p={}", p_); }
+
+void declare_settings(ConfigSchema& s, RandomHorizontalFlipOptions& o) {
+  s.add("data", "hflip", &o.p, "probability of a random horizontal flip").min(0).max(1);
+}
+
+std::shared_ptr<const SampleTransform> make_random_horizontal_flip(const RandomHorizontalFlipOptions& o,
+                                                                   const ImageSpec& spec) {
+  if (o.p <= 0) return nullptr;
+  if (spec.type == SampleType::kFeatures) {
+    log_info("data: data.hflip = {} does not apply to float features (used as they are)", o.p);
+    return nullptr;
+  }
+  return std::make_shared<RandomHorizontalFlip>(static_cast<float>(o.p));
+}
 
 }  // namespace crucible::data

@@ -13,16 +13,6 @@
 namespace crucible::train {
 namespace {
 
-// data.hflip: torchvision's RandomHorizontalFlip(p), first after the crop (its preset order).
-std::shared_ptr<const data::SampleTransform> make_flip(const JobConfig& job, const data::ImageSpec& spec) {
-  if (job.data.hflip <= 0) return nullptr;
-  if (spec.type == data::SampleType::kFeatures) {
-    log_info("data: data.hflip = {} does not apply to float features (used as they are)", job.data.hflip);
-    return nullptr;
-  }
-  return std::make_shared<data::RandomHorizontalFlip>(static_cast<float>(job.data.hflip));
-}
-
 // data.sampler = "repeated": torchvision's RASampler(shuffle=True, repetitions=data.repeats).
 std::shared_ptr<const data::Sampler> make_repeated_sampler(const JobConfig& job, const SamplerBuild& b) {
   return std::make_shared<data::RepeatedAugmentationSampler>(b.size, /*shuffle=*/true, b.seed, job.data.repeats,
@@ -66,7 +56,8 @@ std::shared_ptr<const data::SampleTransform> make_augment(const JobConfig& job, 
 const Registry<SampleTransformPiece>& sample_transform_registry() {
   static const Registry<SampleTransformPiece> registry = [] {
     Registry<SampleTransformPiece> r("sample transform");
-    r.add("hflip", "data.hflip: a random horizontal flip (torchvision's RandomHorizontalFlip)", {nullptr, make_flip});
+    r.add("hflip", "data.hflip: a random horizontal flip (torchvision's RandomHorizontalFlip)",
+          sample_transform_piece<data::RandomHorizontalFlipOptions>("hflip", data::make_random_horizontal_flip));
     r.add("augment", "data.augment: RandAugment, TrivialAugmentWide, AutoAugment or AugMix (torchvision's v2)",
           {nullptr, make_augment});
     r.add("solarize", "data.solarize: torchvision's RandomSolarize",

@@ -76,7 +76,6 @@ void bind_run_data(JobConfig& j, ConfigSchema& s) {
 
 // [data]'s recipe: augmentation, the sampler, normalisation, the loader.
 void bind_data_recipe(JobConfig& j, ConfigSchema& s) {
-  s.add("data", "hflip", &j.data.hflip, "probability of a random horizontal flip").min(0).max(1);
   s.add("data", "augment", &j.data.augment,
         "automatic augmentation after the crop and flip, equal to torchvision's v2 transform of that name")
       .choices({"none", "randaugment", "trivialaugment_wide", "autoaugment", "augmix"});

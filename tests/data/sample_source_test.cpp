@@ -917,7 +917,7 @@ TEST(EvenSubsetSource, MakeDataHonoursTrainAndTestSamplesForImages) {
   job.data.dataset = train::DataSection::Dataset::kIdx;
   job.data.train_images = job.data.test_images = d / "img";
   job.data.train_labels = job.data.test_labels = d / "lab";
-  job.data.hflip = 0;
+  job.pieces.of<data::RandomHorizontalFlipOptions>("hflip").p = 0;
   job.data.train_samples = 3;
   const train::DataSetup idx = train::make_data(job, 1);
   ASSERT_EQ(idx.train->size(), 3);  // IDX: the first N

@@ -28,13 +28,14 @@ TEST(DataRecipe, RegistriesListTheirEntriesInChainOrder) {
 
 TEST(DataRecipe, TheChainHoldsWhatTheConfigTurnsOn) {
   JobConfig job;
-  job.data.hflip = 0.25;
+  double& hflip = job.pieces.of<data::RandomHorizontalFlipOptions>("hflip").p;
+  hflip = 0.25;
   const data::SampleTransforms chain = training_transforms(job, kPixels);
   ASSERT_EQ(chain.size(), 1u);
   EXPECT_EQ(chain[0]->describe(), "flip p=0.25");
-  job.data.hflip = 0;
+  hflip = 0;
   EXPECT_TRUE(training_transforms(job, kPixels).empty());
-  job.data.hflip = 0.5;
+  hflip = 0.5;
   data::ImageSpec features = kPixels;
   features.type = data::SampleType::kFeatures;
   EXPECT_TRUE(training_transforms(job, features).empty());  // float features are used as they are
@@ -44,7 +45,7 @@ TEST(DataRecipe, TheChainHoldsWhatTheConfigTurnsOn) {
 // augmentation of float features, or a fill of the wrong length, is refused naming the key.
 TEST(DataRecipe, AugmentFollowsTheFlipWithItsOptions) {
   JobConfig job;
-  job.data.hflip = 0.5;
+  job.pieces.of<data::RandomHorizontalFlipOptions>("hflip").p = 0.5;
   job.data.augment = "randaugment";
   job.data.augment_num_ops = 3;
   job.data.augment_magnitude = 5;
@@ -170,7 +171,7 @@ TEST(DataRecipe, APieceDeclaresItsOwnSettings) {
                          {"data.solarize_threshold", "256"});
   data::ImageSpec features = kPixels;
   features.type = data::SampleType::kFeatures;
-  job.data.hflip = 0;
+  job.pieces.of<data::RandomHorizontalFlipOptions>("hflip").p = 0;
   job.data.augment = "none";
   test::expect_bad_input([&] { training_transforms(job, features); }, {"data.solarize", "float features"});
   JobConfig fresh;  // never bound: the defaults, off

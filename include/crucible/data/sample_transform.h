@@ -12,7 +12,13 @@
 
 #include "crucible/core/rng.h"
 
+namespace crucible {
+class ConfigSchema;
+}
+
 namespace crucible::data {
+
+struct ImageSpec;
 
 // One sample's pixels, written in place: [height, width, channels] (interleaved), or
 // [channels, height, width] when `planar` (a channels-first batch's slot).
@@ -45,6 +51,8 @@ void apply_transforms(const SampleTransforms& transforms, size_t first, ImageRef
 std::string describe_transforms(const SampleTransforms& transforms);
 
 // torchvision's RandomHorizontalFlip(p): mirrors the image with probability p (one uniform draw).
+// Its setting, data.hflip, is declared here (RandomHorizontalFlipOptions); the recipe's registry
+// (train/data_recipe.cpp) places it first after the crop, as torchvision's preset does.
 class RandomHorizontalFlip final : public SampleTransform {
  public:
   explicit RandomHorizontalFlip(float p);  // bad_input unless 0 <= p <= 1
@@ -56,5 +64,14 @@ class RandomHorizontalFlip final : public SampleTransform {
  private:
   float p_;
 };
+
+struct RandomHorizontalFlipOptions {
+  double p = 0.5;  // data.hflip
+};
+void declare_settings(ConfigSchema& schema, RandomHorizontalFlipOptions& options);
+// The flip for a training pipeline of `spec`, or null when p = 0 or the samples are float
+// features (used as they are; the log says so).
+std::shared_ptr<const SampleTransform> make_random_horizontal_flip(const RandomHorizontalFlipOptions& options,
+                                                                   const ImageSpec& spec);
 
 }  // namespace crucible::data

@@ -53,7 +53,6 @@ struct DataSection {
   data::BadSamplePolicy bad_samples = data::BadSamplePolicy::kFail;  // D5: fail | skip
   int64_t train_samples = 0;  // 0 = all
   int64_t test_samples = 0;   // 0 = all
-  double hflip = 0.5;         // probability of a horizontal flip
   // Automatic augmentation after the crop and flip (data/augment.h, torchvision's v2 transforms):
   // none | randaugment | trivialaugment_wide | autoaugment | augmix, with their options.
   std::string augment = "none";
