@@ -358,14 +358,12 @@ GroupEnd run_group(const LaunchOptions& o, int port, const std::string& run_id, 
             !end.signalled) {
           // Bad input or divergence is a rank's own finding, never what SIGTERM does: the cause,
           // which the first failure (a peer that lost its connection to this rank) followed from.
+          const int64_t step = last_step(progress_dir, p.rank);
           log_error("launch: rank {} (pid {}) {}{}: the cause of rank {}'s failure", p.rank, p.pid,
-                    describe_status(status), last_step(progress_dir, p.rank) >= 0
-                                                 ? fmt::format(" at step {}", last_step(progress_dir, p.rank))
-                                                 : "",
-                    end.rank);
+                    describe_status(status), step >= 0 ? fmt::format(" at step {}", step) : "", end.rank);
           end.rank = p.rank;
           end.what = describe_status(status);
-          end.step = last_step(progress_dir, p.rank);
+          end.step = step;
           result = code;
           continue;
         }
