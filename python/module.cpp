@@ -34,13 +34,9 @@
 #include "crucible/data/pipeline.h"
 #include "crucible/data/sampler.h"
 #include "crucible/io/tensor_file.h"
-#include "crucible/train/data_recipe.h"
-#include "crucible/train/data_setup.h"
-#include "crucible/train/job_config.h"
-
-namespace crucible {
-extern const char* const kDefaultConfigToml;  // configs/fashion_mnist.toml, as the program has it
-}
+#include "crucible/data/data_config.h"
+#include "crucible/data/data_recipe.h"
+#include "crucible/data/data_setup.h"
 
 namespace py = pybind11;
 
@@ -202,7 +198,7 @@ struct LoaderArgs {
   int threads = 0;  // 0: measured (D10)
   bool train = true, drop_last = false, nchw = true;
   bool given_buffers = false;          // batches go into buffers the Python side gives (D9)
-  std::vector<std::string> overrides;  // "data.cache=decoded", … (the job config's keys)
+  std::vector<std::string> overrides;  // "data.cache=decoded", … (the [data] keys, data/data_config.h)
 };
 
 // A pipeline, this rank's sampler and the loader over them; batches out as capsules.
@@ -211,7 +207,7 @@ class NativeLoader {
   // ImageLoader: the pipeline `crucible bench loader` builds for the same settings.
   static std::unique_ptr<NativeLoader> images(const LoaderArgs& a) {
     auto l = std::unique_ptr<NativeLoader>(new NativeLoader(a));
-    l->pipeline_ = train::make_pipeline_for_path(a.source, l->job_, l->augment_seed(), a.train);
+    l->pipeline_ = data::make_pipeline_for_path(a.source, l->config_, l->augment_seed(), a.train);
     l->start_loader();
     return l;
   }
@@ -222,14 +218,14 @@ class NativeLoader {
     std::shared_ptr<const data::Source> source = data::load_array_source(a.features, a.labels);
     // data.hflip comes with the overrides (the Python side's hflip=), checked by its declaration.
     if (source->spec().type == data::SampleType::kFeatures &&
-        l->job_.pieces.get<data::RandomHorizontalFlipOptions>("hflip").p > 0) {
+        l->config_.pieces.get<data::RandomHorizontalFlipOptions>("hflip").p > 0) {
       throw bad_input("ArrayLoader: hflip flips uint8 images; {} holds float features", a.features);
     }
     // The training chain a job with these settings runs: the flip, then data.augment (settings).
     data::SampleTransforms transforms;
     if (source->spec().type == data::SampleType::kPixels) {
-      transforms = train::training_transforms(l->job_, source->spec());
-    } else if (l->job_.data.augment != "none" && source->spec().type != data::SampleType::kPixels) {
+      transforms = data::training_transforms(l->config_, source->spec());
+    } else if (l->config_.pieces.get<data::AugmentSettings>("augment").name != "none") {
       throw bad_input("ArrayLoader: augment needs uint8 images; {} holds float features", a.features);
     }
     l->pipeline_ = std::make_shared<data::ArrayPipeline>(source, std::move(transforms), l->augment_seed());
@@ -297,15 +293,15 @@ class NativeLoader {
  private:
   explicit NativeLoader(const LoaderArgs& a) : args_(a) {
     if (a.batch_size < 1) throw bad_input("loader: batch_size must be ≥ 1 (found {})", a.batch_size);
+    if (a.seed < 0) throw bad_input("loader: seed must be ≥ 0 (found {})", a.seed);
+    // The data layer's keys alone, at their defaults (the default job's [data]), as training reads them.
     ConfigSchema schema;
-    train::bind_job_config(job_, schema);
-    schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
-    schema.apply_override(fmt::format("run.seed={}", a.seed));
+    data::bind_data_config(config_, schema);
     schema.apply_override(fmt::format("data.crop={}", a.crop));
     for (const auto& o : a.overrides) schema.apply_override(o);
   }
 
-  uint64_t augment_seed() const { return derive_seed(static_cast<uint64_t>(job_.run.seed), RngStream::kAugment); }
+  uint64_t augment_seed() const { return derive_seed(static_cast<uint64_t>(args_.seed), RngStream::kAugment); }
 
   void start_loader() {
     int threads = args_.threads;
@@ -313,8 +309,8 @@ class NativeLoader {
     threads_ = threads;
     data::Sampler::Shard shard{args_.world_size, args_.rank, false};
     sampler_ = std::make_shared<const data::DistributedSampler>(
-        pipeline_->size(), args_.train, derive_seed(static_cast<uint64_t>(job_.run.seed), RngStream::kSampler), shard);
-    data::LoaderOptions o = train::loader_options(job_, args_.batch_size, threads);
+        pipeline_->size(), args_.train, derive_seed(static_cast<uint64_t>(args_.seed), RngStream::kSampler), shard);
+    data::LoaderOptions o = data::loader_options(config_, args_.batch_size, threads);
     o.drop_last = args_.drop_last;
     o.channels_first = args_.nchw;
     prefetch_ = o.prefetch;
@@ -326,7 +322,7 @@ class NativeLoader {
   }
 
   LoaderArgs args_;
-  train::JobConfig job_;
+  data::DataConfig config_;
   std::shared_ptr<const data::SamplePipeline> pipeline_;
   std::shared_ptr<const data::Sampler> sampler_;
   std::unique_ptr<data::Loader> loader_;
@@ -546,10 +542,9 @@ std::vector<std::string> sample_transforms_image(py::buffer buffer, const std::v
                                                  uint64_t seed, uint64_t epoch, uint64_t index) {
   py::buffer_info info;
   const data::ImageRef img = chw_image(buffer, info);
-  train::JobConfig job;
+  data::DataConfig config;
   ConfigSchema schema;
-  train::bind_job_config(job, schema);
-  schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
+  data::bind_data_config(config, schema);
   for (const auto& s : settings) schema.apply_override(s);
   data::ImageSpec spec;
   spec.type = data::SampleType::kPixels;
@@ -557,7 +552,7 @@ std::vector<std::string> sample_transforms_image(py::buffer buffer, const std::v
   spec.height = img.height;
   spec.width = img.width;
   spec.order = img.channels == 3 ? data::ColorOrder::kRGB : data::ColorOrder::kGray;
-  const data::SampleTransforms chain = train::training_transforms(job, spec);
+  const data::SampleTransforms chain = data::training_transforms(config, spec);
   std::vector<std::string> phrases;
   for (const auto& t : chain) phrases.push_back(t->describe());
   py::gil_scoped_release release;
@@ -629,6 +624,9 @@ PYBIND11_MODULE(_native, m) {
   m.def("sample_transforms_image", &sample_transforms_image,
         "the training chain of sample transforms a job with these settings runs, applied to one uint8 [C, H, W] array "
         "as to sample (seed, epoch, index)");
+  m.def("piece_arguments", &data::piece_arguments,
+        "{keyword: \"data.key\"} of a sample transform's settings that mirror a library's keyword (augment: "
+        "torchvision's num_ops, …)");
   m.def("augment_image", &augment_image, "a policy applied to one uint8 [C, H, W] array as to sample (seed, epoch, index)");
   m.def("load", &load, "arrays of an npy/npz/safetensors/.pt file as DLPack capsules");
   m.def("save", &save, "write (name, dtype, shape, bytes) arrays as safetensors, npy or npz");

@@ -42,6 +42,17 @@ def _distributed():
     return 0, 1
 
 
+
+def _toml_value(v):
+    """A Python value as the TOML text a --set override takes: a bool as true/false, a list or
+    tuple as an array, an enum (torchvision's InterpolationMode, AutoAugmentPolicy) as its value."""
+    v = getattr(v, "value", v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return str(v)
+
 class _Loader:
     """What ImageLoader and ArrayLoader share: iteration, epochs, state, layout and conversion."""
 
@@ -102,29 +113,20 @@ class _Loader:
 
     @staticmethod
     def _augment_settings(augment, augment_options):
-        """data.* overrides for augment="trivialaugment_wide" (etc.) and its torchvision options."""
+        """data.* overrides for augment="trivialaugment_wide" (etc.) and its torchvision options.
+
+        The keywords and the keys they set come from the piece's own declaration
+        (src/data/augment.cpp, each key's torchvision name): nothing is mapped here."""
         if augment is None:
             if augment_options:
                 raise ValueError("augment_options without augment: name the augmentation too")
             return []
-        keys = {"num_ops": "augment_num_ops", "magnitude": "augment_magnitude",
-                "num_magnitude_bins": "augment_bins", "policy": "augment_policy",
-                "interpolation": "augment_interpolation", "fill": "augment_fill",
-                "severity": "augmix_severity", "mixture_width": "augmix_width", "chain_depth": "augmix_depth",
-                "alpha": "augmix_alpha", "all_ops": "augmix_all_ops"}
+        keys = dict(_native.piece_arguments("augment"))
         out = [f"data.augment={augment}"]
         for k, v in (augment_options or {}).items():
             if k not in keys:
                 raise ValueError(f"augment_options: unknown option {k!r} (known: {', '.join(keys)})")
-            if k == "fill":
-                v = "[" + ", ".join(str(float(x)) for x in (v if isinstance(v, (list, tuple)) else [v])) + "]"
-            elif k == "interpolation":
-                v = getattr(v, "value", v)
-            elif k == "policy":
-                v = getattr(v, "value", v)
-            elif isinstance(v, bool):
-                v = "true" if v else "false"
-            out.append(f"data.{keys[k]}={v}")
+            out.append(f"{keys[k]}={_toml_value(v)}")
         return out
 
     def __len__(self):
@@ -269,7 +271,7 @@ class ImageLoader(_Loader):
         a.crop = int(crop)
         a.train = bool(train)
         a.overrides = [f"data.cache={cache}", f"data.bad_samples={bad_samples}"] + [
-            f"{k}={v}" for k, v in (settings or {}).items()] + self._augment_settings(augment, augment_options)
+            f"{k}={_toml_value(v)}" for k, v in (settings or {}).items()] + self._augment_settings(augment, augment_options)
         self._setup(_native.Loader.images, a, epoch=epoch, dtype=dtype, mean=mean, std=std, pin_memory=pin_memory)
 
 

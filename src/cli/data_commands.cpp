@@ -20,13 +20,9 @@
 #include "crucible/data/loader.h"
 #include "crucible/data/pack.h"
 #include "crucible/data/sample_source.h"
-#include "crucible/train/data_recipe.h"
-#include "crucible/train/data_setup.h"
-#include "crucible/train/job_config.h"
-
-namespace crucible {
-extern const char* const kDefaultConfigToml;
-}
+#include "crucible/data/data_config.h"
+#include "crucible/data/data_recipe.h"
+#include "crucible/data/data_setup.h"
 
 namespace crucible::cli {
 
@@ -48,7 +44,7 @@ CLI::App* add_bench_loader(CLI::App& bench, BenchLoaderArgs& a) {
   cmd->add_flag("--eval", a.eval, "evaluation transforms (resize + centre crop) instead of training ones");
   cmd->add_flag("--digest", a.digest, "SHA-256 over every batch's pixels and labels, in order");
   cmd->add_flag("--json", a.json, "print one JSON object as the last line");
-  cmd->add_option("--set", a.overrides, "override a config key, e.g. --set data.bad_samples=skip")
+  cmd->add_option("--set", a.overrides, "override a [data] key or run.seed, e.g. --set data.bad_samples=skip")
       ->type_name("KEY=VALUE");
   return cmd;
 }
@@ -128,30 +124,42 @@ CLI::App* add_pack(CLI::App& app, PackArgs& a) {
   return cmd;
 }
 
-int run_bench_loader(const BenchLoaderArgs& a) {
-  train::JobConfig job;
+namespace {
+
+// The data layer's keys alone, at their defaults (the default job's [data]), as training reads
+// them, with the --set overrides, and run.seed (the augmentation and sampler streams derive from it).
+data::DataConfig bench_loader_config(const BenchLoaderArgs& a, int64_t* run_seed) {
+  data::DataConfig config;
   ConfigSchema schema;
-  train::bind_job_config(job, schema);  // torch-free: model/loss/optim names unchecked here
-  schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
+  data::bind_data_config(config, schema);
+  schema.add("run", "seed", run_seed, "the seed the augmentation and sampler streams derive from").non_negative();
   for (const auto& o : a.overrides) schema.apply_override(o);
-  job.data.crop = a.crop;
-  const uint64_t seed = derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kAugment);
-  auto pipeline = train::make_pipeline_for_path(a.data, job, seed, !a.eval);
+  config.crop = a.crop;
+  return config;
+}
+
+}  // namespace
+
+int run_bench_loader(const BenchLoaderArgs& a) {
+  int64_t run_seed = 0;
+  const data::DataConfig config = bench_loader_config(a, &run_seed);
+  const uint64_t seed = derive_seed(static_cast<uint64_t>(run_seed), RngStream::kAugment);
+  auto pipeline = data::make_pipeline_for_path(a.data, config, seed, !a.eval);
   int threads = a.threads;
   std::string chosen;
   if (threads == 0) threads = data::choose_loader_threads(*pipeline, available_cores(), &chosen);
   log_info("data: {} samples; {}", pipeline->size(), pipeline->describe());
   log_info("loader: {}, batch {}, prefetch {}, bad samples: {}",
-           chosen.empty() ? fmt::format("{} thread(s)", threads) : chosen, a.batch_size, job.data.prefetch,
-           data::bad_sample_policy_name(job.data.bad_samples));
+           chosen.empty() ? fmt::format("{} thread(s)", threads) : chosen, a.batch_size, config.prefetch,
+           data::bad_sample_policy_name(config.bad_samples));
 
   // The order training visits (data.sampler), or evaluation's sequential one.
-  const uint64_t sampler_seed = derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kSampler);
+  const uint64_t sampler_seed = derive_seed(static_cast<uint64_t>(run_seed), RngStream::kSampler);
   const std::shared_ptr<const data::Sampler> sampler =
       a.eval ? std::make_shared<const data::DistributedSampler>(pipeline->size(), /*shuffle=*/false, sampler_seed)
-             : train::make_training_sampler(job, {pipeline->size(), sampler_seed, {}});
+             : data::make_training_sampler(config, {pipeline->size(), sampler_seed, {}});
   auto make_loader = [&] {
-    return std::make_unique<data::Loader>(pipeline, sampler, train::loader_options(job, a.batch_size, threads));
+    return std::make_unique<data::Loader>(pipeline, sampler, data::loader_options(config, a.batch_size, threads));
   };
   auto loader = make_loader();
   const int64_t per_epoch = loader->batches_per_epoch();

@@ -20,7 +20,7 @@
 #include "crucible/data/loader.h"
 #include "crucible/nn/model.h"
 #include "crucible/nn/model_options.h"
-#include "crucible/train/data_setup.h"
+#include "crucible/data/data_setup.h"
 #include "crucible/train/optimizer.h"
 #include "crucible/train/step.h"
 
@@ -196,9 +196,9 @@ DoctorReport run_doctor(const JobConfig& job, int local_ranks) {
   report.checks.push_back(check_bf16(job));
   report.checks.push_back(check_cuda());
   const auto t0 = Clock::now();
-  DataSetup ds;
+  data::DataSetup ds;
   try {
-    ds = make_data(job, derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kAugment));
+    ds = data::make_data(job.data, derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kAugment));
   } catch (const Error& e) {
     report.checks.push_back({"data", Status::kFail, e.what(), "fix the data keys the message names", nullptr});
     return report;

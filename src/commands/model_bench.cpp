@@ -20,7 +20,7 @@
 #include "crucible/data/device_input.h"
 #include "crucible/data/loader.h"
 #include "crucible/nn/model.h"
-#include "crucible/train/data_setup.h"
+#include "crucible/data/data_setup.h"
 #include "crucible/train/step.h"
 
 namespace crucible::commands {
@@ -89,7 +89,7 @@ ModelBenchResult bench_model(const JobConfig& job, const ModelBenchOptions& o) {
   }
   const c10::Device device = compat::resolve_device(job.train.device);
   compat::set_num_threads(compute_threads(job, 1));
-  DataSetup ds = make_data(job, derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kAugment));
+  data::DataSetup ds = data::make_data(job.data, derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kAugment));
   const data::ImageSpec spec = ds.train->output_spec();
   const int64_t batch = o.batch > 0 ? o.batch : job.train.batch_size;
   const data::Batch b = data::sample_batch(*ds.train, batch);

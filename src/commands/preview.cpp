@@ -26,6 +26,7 @@
 #include "crucible/data/loader.h"
 #include "crucible/train/batch_transform.h"
 #include "crucible/train/job.h"
+#include "crucible/train/multi_scale.h"
 #include "crucible/train/recipe.h"
 #include "crucible/train/session.h"
 #include "crucible/train/step.h"
@@ -149,7 +150,7 @@ PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& opt
   // sampler and seeds), and the recipe's batch transforms but multi-scale (the tiles keep the
   // crop's size).
   train::JobConfig c = config;
-  c.train.multi_scale.clear();
+  c.pieces.of<train::MultiScaleOptions>(train::kMultiScalePiece).sizes.clear();
   const std::unique_ptr<train::Session> session = train::Session::open_preview(std::move(c));
   train::Job* job = &session->job();
   const data::ImageSpec spec = job->train_loader->pipeline().output_spec();

@@ -13,7 +13,7 @@
 #include "crucible/core/rng.h"
 #include "crucible/data/device_input.h"
 #include "crucible/nn/model.h"
-#include "crucible/train/data_setup.h"
+#include "crucible/data/data_setup.h"
 #include "crucible/train/step.h"
 
 namespace crucible::commands {
@@ -31,7 +31,7 @@ bool out_of_memory(const std::exception& e) {
 
 TuneResult tune_batch(const JobConfig& job, int64_t budget_bytes, int64_t max_batch) {
   const c10::Device device(c10::kCPU);
-  DataSetup ds = make_data(job, derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kAugment));
+  data::DataSetup ds = data::make_data(job.data, derive_seed(static_cast<uint64_t>(job.run.seed), RngStream::kAugment));
   const data::ImageSpec spec = ds.train->output_spec();
   const data::NormalizeOptions norm = normalize_options(job);
   // The step that trains (TrialStep), in the job's precision (auto: what it picks on a CPU).

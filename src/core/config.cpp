@@ -321,6 +321,12 @@ const ConfigKey* ConfigSchema::find(const std::string& section, const std::strin
   return const_cast<ConfigSchema*>(this)->find_mutable(section, key);
 }
 
+std::vector<const ConfigKey*> ConfigSchema::keys() const {
+  std::vector<const ConfigKey*> out;
+  for (const auto& k : keys_) out.push_back(k.get());
+  return out;
+}
+
 std::vector<std::string> ConfigSchema::sections() const {
   std::vector<std::string> out;
   for (const auto& k : keys_) {

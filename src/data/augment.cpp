@@ -8,7 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "crucible/core/config.h"
 #include "crucible/core/error.h"
+#include "crucible/data/image.h"
 
 namespace crucible::data {
 namespace {
@@ -472,6 +474,76 @@ std::shared_ptr<const SampleTransform> make_augment(const AugmentOptions& o) {
       "data.augment: unknown augmentation \"{}\" (expected none, randaugment, trivialaugment_wide, autoaugment or "
       "augmix)",
       o.name);
+}
+
+void declare_settings(ConfigSchema& s, AugmentSettings& o) {
+  s.add("data", "augment", &o.name,
+        "automatic augmentation after the crop and flip, equal to torchvision's v2 transform of that name")
+      .choices({"none", "randaugment", "trivialaugment_wide", "autoaugment", "augmix"});
+  s.add("data", "augment_num_ops", &o.num_ops, "randaugment: operations per sample (num_ops)")
+      .non_negative()
+      .arg("num_ops");
+  s.add("data", "augment_magnitude", &o.magnitude, "randaugment: the magnitude bin (magnitude)")
+      .non_negative()
+      .arg("magnitude");
+  s.add("data", "augment_bins", &o.num_magnitude_bins,
+        "randaugment, trivialaugment_wide: magnitude bins (num_magnitude_bins)")
+      .min(2)
+      .arg("num_magnitude_bins");
+  s.add("data", "augment_policy", &o.policy, "autoaugment: the learned policy")
+      .choices({"imagenet", "cifar10", "svhn"})
+      .arg("policy");
+  s.add("data", "augment_interpolation", &o.interpolation,
+        "geometric operations' interpolation; auto = torchvision's default (bilinear for augmix, nearest otherwise)")
+      .choices({"auto", "nearest", "bilinear"})
+      .arg("interpolation");
+  s.add("data", "augment_fill", &o.fill,
+        "pixel levels (0-255) outside shears, translations and rotations: [] = black (fill=None), one value or "
+        "one per channel")
+      .arg("fill");
+  s.add("data", "augmix_severity", &o.severity, "augmix: severity (bins 0..severity-1 of 10)")
+      .min(1)
+      .max(10)
+      .arg("severity");
+  s.add("data", "augmix_width", &o.mixture_width, "augmix: augmentation chains (mixture_width)")
+      .min(1)
+      .arg("mixture_width");
+  s.add("data", "augmix_depth", &o.chain_depth, "augmix: operations per chain (-1: 1 to 3 at random)")
+      .min(-1)
+      .arg("chain_depth");
+  s.add("data", "augmix_alpha", &o.alpha, "augmix: Dirichlet and Beta concentration").positive().arg("alpha");
+  s.add("data", "augmix_all_ops", &o.all_ops, "augmix: include Brightness, Color, Contrast and Sharpness")
+      .arg("all_ops");
+}
+
+std::shared_ptr<const SampleTransform> make_augment_piece(const AugmentSettings& a, const ImageSpec& spec) {
+  if (a.name == "none") return nullptr;
+  if (spec.type == SampleType::kFeatures) {
+    throw bad_input("data.augment = \"{}\" needs images; this data set holds float features", a.name);
+  }
+  AugmentOptions o;
+  o.name = a.name;
+  o.num_ops = static_cast<int>(a.num_ops);
+  o.magnitude = static_cast<int>(a.magnitude);
+  o.num_magnitude_bins = static_cast<int>(a.num_magnitude_bins);
+  o.policy = a.policy;
+  o.interpolation = a.interpolation == "auto" ? "" : a.interpolation;
+  if (!a.fill.empty()) {
+    if (a.fill.size() != 1 && a.fill.size() != static_cast<size_t>(spec.channels)) {
+      throw bad_input("data.augment_fill: one value or one per channel ({}) expected, found {}", spec.channels,
+                      a.fill.size());
+    }
+    o.fill.set = true;
+    for (size_t c = 0; c < 3; ++c) {
+      o.fill.value[c] = static_cast<float>(a.fill[a.fill.size() == 1 ? 0 : std::min(c, a.fill.size() - 1)]);
+    }
+  }
+  o.severity = static_cast<int>(a.severity);
+  o.mixture_width = static_cast<int>(a.mixture_width);
+  o.chain_depth = static_cast<int>(a.chain_depth);
+  o.alpha = a.alpha;
+  o.all_ops = a.all_ops;
+  return make_augment(o);
 }
 
 }  // namespace crucible::data

@@ -5,9 +5,16 @@
 
 #include <fmt/format.h>
 
+#include "crucible/core/config.h"
 #include "crucible/core/error.h"
 
 namespace crucible::data {
+
+void declare_settings(ConfigSchema& s, RepeatedSamplerOptions& o) {
+  s.add("data", "repeats", &o.repeats,
+        "data.sampler = \"repeated\": copies of each sample (RASampler's repetitions, train.py's --ra-reps)")
+      .min(1);
+}
 
 RepeatedAugmentationSampler::RepeatedAugmentationSampler(int64_t size, bool shuffle, uint64_t seed, int64_t repeats,
                                                          Shard shard)

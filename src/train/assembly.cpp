@@ -27,13 +27,14 @@
 #include "crucible/nn/lint.h"
 #include "crucible/obs/layer_profile.h"
 #include "crucible/obs/phase_clock.h"
-#include "crucible/train/data_recipe.h"
-#include "crucible/train/data_setup.h"
+#include "crucible/data/data_recipe.h"
+#include "crucible/data/data_setup.h"
 #include "crucible/train/doctor_checks.h"
 #include "crucible/train/evaluator.h"
 #include "crucible/train/fine_tune.h"
 #include "crucible/train/job.h"
 #include "crucible/train/loss.h"
+#include "crucible/train/multi_scale.h"
 #include "crucible/train/recipe.h"
 #include "crucible/train/schedule.h"
 #include "crucible/train/step.h"
@@ -71,12 +72,12 @@ void assemble_data(Job& job, const StoredChoices& stored) {
   // X8: rank 0 opens the data first, so what opening writes beside it (a tar shard's .idx) is
   // written once, by one process; the others open after it and read what it wrote (on a node
   // that does not share rank 0's file system they build their own, each written atomically).
-  DataSetup ds;
+  data::DataSetup ds;
   const auto open = [&] {
     if (const double ms = job.env.seams.rank0_open_delay_ms; ms > 0 && job.world.rank == 0) {
       std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(1000 * ms)));
     }
-    ds = make_data(c, derive_seed(seed, RngStream::kAugment), job.inference);
+    ds = data::make_data(c.data, derive_seed(seed, RngStream::kAugment), job.inference);
   };
   distributed::rank0_then_all(job.comm.get(), "open the data", open);
   if (job.comm && job.comm->rank() != 0) open();
@@ -114,8 +115,8 @@ void assemble_data(Job& job, const StoredChoices& stored) {
                              ? std::max(1, compute_threads(c, job.world.local_size) / 2)
                              : data::choose_loader_threads(*ds.train, cores, &job.loader_choice);
   }
-  data::LoaderOptions train_options = loader_options(c, c.train.batch_size, job.loader_threads);
-  data::LoaderOptions test_options = loader_options(c, c.train.eval_batch_size, job.loader_threads);
+  data::LoaderOptions train_options = data::loader_options(c.data, c.train.batch_size, job.loader_threads);
+  data::LoaderOptions test_options = data::loader_options(c.data, c.train.eval_batch_size, job.loader_threads);
   train_options.allocate = test_options.allocate = data::DeviceInput::batch_allocator(job.device);  // D9
   if (const double ms = job.env.seams.sample_delay_ms; ms > 0) {
     train_options.sample_delay = std::chrono::microseconds(static_cast<int64_t>(1000 * ms));
@@ -123,7 +124,7 @@ void assemble_data(Job& job, const StoredChoices& stored) {
   }
   const data::Sampler::Shard shard{job.world.size, job.world.rank, /*drop_last=*/false};
   job.train_loader = std::make_unique<data::Loader>(
-      ds.train, make_training_sampler(c, {ds.train->size(), derive_seed(seed, RngStream::kSampler), shard}),
+      ds.train, data::make_training_sampler(c.data, {ds.train->size(), derive_seed(seed, RngStream::kSampler), shard}),
       train_options);
   job.test_loader = std::make_unique<data::Loader>(
       ds.test, data::DistributedSampler(ds.test->size(), /*shuffle=*/false, 0, shard), test_options);
@@ -291,8 +292,9 @@ void assemble_precision(Job& job, const StoredChoices& stored) {
   compat::set_matmul_precision(c.train.matmul_precision);
   // T9: autotuning pays when every batch has the pipeline's fixed shape; under multi_scale each
   // new size would be tuned again (and cached), so it is off, as in deterministic mode.
-  compat::set_cudnn_benchmark(!c.train.deterministic && c.train.multi_scale.empty());
-  if (!c.train.multi_scale.empty() && !c.train.deterministic) {
+  const bool multi_scale = !c.pieces.get<MultiScaleOptions>(kMultiScalePiece).sizes.empty();
+  compat::set_cudnn_benchmark(!c.train.deterministic && !multi_scale);
+  if (multi_scale && !c.train.deterministic) {
     log_info("cuDNN benchmark mode off (T9): train.multi_scale changes the input shape from step to step");
   }
   if (c.train.sync_debug) {

@@ -17,6 +17,7 @@
 #include "crucible/core/memory.h"
 #include "crucible/core/thread_pool.h"
 #include "crucible/nn/model.h"
+#include "crucible/train/ema_options.h"
 #include "crucible/train/environment.h"
 #include "crucible/train/optimizer.h"
 
@@ -110,7 +111,7 @@ uint64_t checkpoint_bytes(const JobConfig& job, nn::Model& model, const Optimize
   for (const auto& t : model.named_buffers()) weights += static_cast<uint64_t>(t.tensor.nbytes());
   for (const auto& t : optimizer.state()) state += t.tensor.defined() ? static_cast<uint64_t>(t.tensor.nbytes()) : 0;
   if (job.optim.name == "sgd" && job.optim.momentum > 0 && state == 0) state = params;  // made at the first step
-  return weights * (job.train.ema ? 2 : 1) + state + 64 * 1024;  // + the JSON header, generously
+  return weights * (job.pieces.get<EmaOptions>(kEmaPiece).enabled ? 2 : 1) + state + 64 * 1024;  // + the JSON header, generously
 }
 
 DoctorCheck check_disk(const JobConfig& job, uint64_t checkpoint, int64_t kept) {

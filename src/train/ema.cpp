@@ -28,13 +28,13 @@ namespace crucible::train {
 
 const WeightSet& ema_weight_set();  // below
 
-double ema_decay(const TrainSection& t, int world_size) {
-  if (!t.ema_adjust) return t.ema_decay;
+double ema_decay(const EmaOptions& e, const TrainSection& t, int world_size) {
+  if (!e.adjust) return e.decay;
   // train.py: adjust = args.world_size * args.batch_size * args.model_ema_steps / args.epochs
   // (an integer product, then Python's true division), alpha = min(1.0, (1 - decay) * adjust).
-  const int64_t samples = global_batch(t, world_size) * t.ema_steps;
+  const int64_t samples = global_batch(t, world_size) * e.steps;
   const double adjust = static_cast<double>(samples) / static_cast<double>(t.epochs);
-  const double alpha = std::min(1.0, (1.0 - t.ema_decay) * adjust);
+  const double alpha = std::min(1.0, (1.0 - e.decay) * adjust);
   return 1.0 - alpha;
 }
 
@@ -219,20 +219,21 @@ const WeightSet& ema_weight_set() {
 
 std::unique_ptr<StepObserver> make_ema_observer(const Job& job) {
   const TrainSection& t = job.config.train;
-  if (!t.ema) return nullptr;
-  if (t.ema_steps < 1) throw bad_input("train.ema_steps: expected an integer ≥ 1, found {}", t.ema_steps);
-  if (!(t.ema_decay >= 0.0 && t.ema_decay <= 1.0)) {
-    throw bad_input("train.ema_decay: expected a decay in [0, 1], found {}", t.ema_decay);
+  const auto e = job.config.pieces.get<EmaOptions>(kEmaPiece);
+  if (!e.enabled) return nullptr;
+  if (e.steps < 1) throw bad_input("train.ema_steps: expected an integer ≥ 1, found {}", e.steps);
+  if (!(e.decay >= 0.0 && e.decay <= 1.0)) {
+    throw bad_input("train.ema_decay: expected a decay in [0, 1], found {}", e.decay);
   }
-  const double decay = ema_decay(t, job.world.size);
-  if (t.ema_adjust) {
+  const double decay = ema_decay(e, t, job.world.size);
+  if (e.adjust) {
     log_info("weight EMA: decay {:.8g} = 1 − min(1, (1 − train.ema_decay {}) × {} ranks × batch {} × every {} steps / "
              "{} epochs) (train.ema_adjust, as torchvision's train.py)",
-             decay, t.ema_decay, job.world.size, t.batch_size, t.ema_steps, t.epochs);
+             decay, e.decay, job.world.size, t.batch_size, e.steps, t.epochs);
   }
   if (decay == 0.0) log_warn("weight EMA: decay 0: the average is a copy of the weights at each update");
   const bool sync = job.comm && job.config.dist.bn != DistSection::Bn::kSync;
-  return std::make_unique<EmaObserver>(*job.model, decay, t.ema_steps, job.config.schedule.warmup_epochs,
+  return std::make_unique<EmaObserver>(*job.model, decay, e.steps, job.config.schedule.warmup_epochs,
                                        job.comm.get(), sync ? bn_name(job.config.dist.bn) : "");
 }
 

@@ -5,7 +5,10 @@
 
 #include "crucible/core/config.h"
 #include "crucible/core/thread_pool.h"
-#include "crucible/train/data_recipe.h"
+#include "crucible/data/data_config.h"
+#include "crucible/train/ema_options.h"
+#include "crucible/train/mixup.h"
+#include "crucible/train/multi_scale.h"
 
 namespace crucible::train {
 
@@ -23,117 +26,21 @@ const char* bn_name(DistSection::Bn bn) {
 
 namespace {
 
-// [run], and [data]'s sources and decoding.
-void bind_run_data(JobConfig& j, ConfigSchema& s) {
+// [run].
+void bind_run(JobConfig& j, ConfigSchema& s) {
   s.add("run", "name", &j.run.name, "run folder name: results go to <dir>/<name>/");
   s.add("run", "dir", &j.run.dir, "folder holding the run folders");
   s.add("run", "seed", &j.run.seed, "the one seed every random stream derives from (T15)").non_negative();
-
-  using DS = DataSection::Dataset;
-  s.add_enum("data", "dataset", &j.data.dataset, {{"idx", DS::kIdx}, {"arrays", DS::kArrays}, {"images", DS::kImages}},
-             "data set kind: IDX files; arrays (.npy/.npz/.safetensors in the train_/test_ images/labels keys, "
-             "\"file.npz:name\" picks one array); or encoded images (JPEG/PNG)");
-  s.add("data", "train_images", &j.data.train_images, "training images (IDX, gzip or plain)");
-  s.add("data", "train_labels", &j.data.train_labels, "training labels (IDX)");
-  s.add("data", "test_images", &j.data.test_images, "test images (IDX), evaluated after every epoch");
-  s.add("data", "test_labels", &j.data.test_labels, "test labels (IDX)");
-  s.add("data", "train_path", &j.data.train_path,
-        "images: training samples (image folder, tar shards, LMDB folder or packed index)");
-  s.add("data", "test_path", &j.data.test_path, "images: test samples");
-  s.add("data", "crop", &j.data.crop, "images: output side (RandomResizedCrop when training)").min(1);
-  s.add("data", "eval_crop", &j.data.eval_crop,
-        "images: the evaluation's centre crop (FixRes, --val-crop-size); 0 = data.crop").min(0);
-  s.add("data", "eval_resize", &j.data.eval_resize,
-        "images: the evaluation's short side before its centre crop (--val-resize-size); 0 = int(eval crop / 0.875)")
-      .min(0);
-  using CM = data::CacheMode;
-  s.add_enum("data", "cache", &j.data.cache,
-             {{"none", CM::kNone}, {"encoded", CM::kEncoded}, {"decoded", CM::kDecoded}},
-             "images: RAM cache of encoded bytes or decoded pixels (D1)");
-  s.add("data", "cache_mb", &j.data.cache_mb, "images: cache budget in MiB").non_negative();
-  s.add("data", "jpeg_decode", &j.data.jpeg_decode,
-        "images: JPEG decoding: fast integer IDCT + merged chroma upsampling, or libjpeg's accurate defaults")
-      .choices({"fast", "accurate"});
-  s.add("data", "jpeg_dct_scaling", &j.data.jpeg_dct_scaling,
-        "images: decode a JPEG at the smallest DCT scale (1/8, 1/4, 1/2) that covers the output (D2); false: at full "
-        "resolution, as torchvision");
-  s.add("data", "exif_orientation", &j.data.exif_orientation,
-        "images: turn JPEGs as their EXIF orientation tag says; false: stored orientation, as torchvision's decode_jpeg "
-        "and PIL's Image.open");
-  s.add("data", "color_order", &j.data.color_order, "channel order the pipeline delivers (D3)").choices({"RGB", "BGR"});
-  s.add_enum("data", "bad_samples", &j.data.bad_samples,
-             {{"fail", data::BadSamplePolicy::kFail}, {"skip", data::BadSamplePolicy::kSkip}},
-             "a sample that fails to read or decode: stop, or skip and report (D5)");
-  s.add("data", "train_samples", &j.data.train_samples,
-        "use N training samples (0 = all): the first N of IDX files, N evenly spaced ones of images (every class in "
-        "proportion); more than there are is an error")
-      .non_negative();
-  s.add("data", "test_samples", &j.data.test_samples,
-        "use N test samples (0 = all): the first N of IDX files, N evenly spaced ones of images (every class in "
-        "proportion); more than there are is an error")
-      .non_negative();
 }
 
-// [data]'s recipe: augmentation, the sampler, normalisation, the loader.
-void bind_data_recipe(JobConfig& j, ConfigSchema& s) {
-  s.add("data", "augment", &j.data.augment,
-        "automatic augmentation after the crop and flip, equal to torchvision's v2 transform of that name")
-      .choices({"none", "randaugment", "trivialaugment_wide", "autoaugment", "augmix"});
-  s.add("data", "augment_num_ops", &j.data.augment_num_ops, "randaugment: operations per sample (num_ops)")
-      .non_negative();
-  s.add("data", "augment_magnitude", &j.data.augment_magnitude, "randaugment: the magnitude bin (magnitude)")
-      .non_negative();
-  s.add("data", "augment_bins", &j.data.augment_bins,
-        "randaugment, trivialaugment_wide: magnitude bins (num_magnitude_bins)")
-      .min(2);
-  s.add("data", "augment_policy", &j.data.augment_policy, "autoaugment: the learned policy")
-      .choices({"imagenet", "cifar10", "svhn"});
-  s.add("data", "augment_interpolation", &j.data.augment_interpolation,
-        "geometric operations' interpolation; auto = torchvision's default (bilinear for augmix, nearest otherwise)")
-      .choices({"auto", "nearest", "bilinear"});
-  s.add("data", "augment_fill", &j.data.augment_fill,
-        "pixel levels (0-255) outside shears, translations and rotations: [] = black (fill=None), one value or "
-        "one per channel");
-  s.add("data", "augmix_severity", &j.data.augmix_severity, "augmix: severity (bins 0..severity-1 of 10)")
-      .min(1)
-      .max(10);
-  s.add("data", "augmix_width", &j.data.augmix_width, "augmix: augmentation chains (mixture_width)").min(1);
-  s.add("data", "augmix_depth", &j.data.augmix_depth, "augmix: operations per chain (-1: 1 to 3 at random)")
-      .min(-1);
-  s.add("data", "augmix_alpha", &j.data.augmix_alpha, "augmix: Dirichlet and Beta concentration").positive();
-  s.add("data", "augmix_all_ops", &j.data.augmix_all_ops,
-        "augmix: include Brightness, Color, Contrast and Sharpness");
-  s.add("data", "random_erase", &j.data.random_erase,
-        "probability of torchvision's RandomErasing per training sample, after normalisation (0 = off)")
-      .min(0)
-      .max(1);
-  s.add("data", "random_erase_scale", &j.data.random_erase_scale, "random erasing: range of the erased area fraction");
-  s.add("data", "random_erase_ratio", &j.data.random_erase_ratio, "random erasing: range of the aspect ratio");
-  s.add("data", "random_erase_value", &j.data.random_erase_value,
-        "random erasing: the erased value(s) in normalised units, one or one per channel (0 = the mean colour)");
-  s.add("data", "mixup_alpha", &j.data.mixup_alpha,
-        "MixUp on the device, λ ~ Beta(α, α), soft targets (0 = off; with cutmix_alpha, one of the two per batch)")
-      .non_negative();
-  s.add("data", "cutmix_alpha", &j.data.cutmix_alpha,
-        "CutMix on the device, λ ~ Beta(α, α), λ corrected to the box (0 = off)")
-      .non_negative();
-  s.add("data", "sampler", &j.data.sampler,
-        "the training order: distributed (PyTorch's DistributedSampler, X1) or repeated (torchvision's RASampler: "
-        "repeated augmentation, data.repeats copies of each sample, floor(n // 256 * 256 / world) samples a rank "
-        "an epoch)")
-      .choices(sampler_registry().names());
-  s.add("data", "repeats", &j.data.repeats,
-        "data.sampler = \"repeated\": copies of each sample (RASampler's repetitions, train.py's --ra-reps)")
-      .min(1);
-  s.add("data", "mean", &j.data.mean, "per-channel mean for normalisation, in mean_std_range units");
-  s.add("data", "std", &j.data.std, "per-channel std for normalisation, in mean_std_range units").positive();
-  s.add("data", "mean_std_range", &j.data.mean_std_range,
-        "units of mean/std: \"unit\" = pixels/255 (torchvision), \"byte\" = 0-255 (D4)")
-      .choices({"unit", "byte"});
-  s.add("data", "mean_std_order", &j.data.mean_std_order, "channel order of mean/std (D3)").choices({"RGB", "BGR"});
-  s.add("data", "threads", &j.data.threads, "loader threads (0 = chosen: one per two cores for idx, measured for images)")
-      .non_negative();
-  s.add("data", "prefetch", &j.data.prefetch, "batches prepared ahead of training (bounds memory)").min(1);
+// The train pieces' own settings, each declared in the piece's torch-free header. Their
+// factories are recipe.cpp's registries, in the torch library, which the torch-free tools that
+// read every key (report, the Python module) do not link: so this list names them again.
+void declare_train_piece_settings(JobConfig& j, ConfigSchema& s) {
+  declare_settings(s, j.pieces.of<RandomErasingOptions>(kRandomErasingPiece));
+  declare_settings(s, j.pieces.of<MixUpCutMixOptions>(kMixUpCutMixPiece));
+  declare_settings(s, j.pieces.of<MultiScaleOptions>(kMultiScalePiece));
+  declare_settings(s, j.pieces.of<EmaOptions>(kEmaPiece));
 }
 
 // [model] and [optim] (their names: the registries').
@@ -233,8 +140,6 @@ void bind_train(JobConfig& j, ConfigSchema& s) {
              "compute precision (bf16/fp16 = autocast mixed precision; auto = bf16 where the CPU computes it in "
              "hardware, else fp32; on a GPU the fastest safe one, timed)");
   s.add("train", "channels_last", &j.train.channels_last, "NHWC memory format for activations and weights");
-  s.add("train", "multi_scale", &j.train.multi_scale,
-        "M4: square input sizes, one per step drawn from (seed, step), the same on every rank; [] = off");
   s.add("train", "threads", &j.train.threads, "torch compute threads (0 = all cores available)").non_negative();
   s.add("train", "max_steps", &j.train.max_steps, "stop after this many steps (0 = all epochs)").non_negative();
   s.add("train", "accumulate", &j.train.accumulate, "micro-batches per optimizer step (M5; batch_size is split)").min(1);
@@ -255,20 +160,6 @@ void bind_train(JobConfig& j, ConfigSchema& s) {
       .choices({"highest", "high", "medium"});
   s.add("train", "sync_debug", &j.train.sync_debug, "synchronise after every GPU kernel, as CUDA_LAUNCH_BLOCKING=1 (T14)");
   s.add("train", "release_cache", &j.train.release_cache, "release cached device memory at epoch ends (T13)");
-  s.add("train", "ema", &j.train.ema,
-        "keep an exponential moving average of the weights (parameters and BatchNorm buffers), torchvision's "
-        "--model-ema: evaluated after every epoch (test_acc_ema), in every checkpoint, eval/predict --weights ema; "
-        "during schedule.warmup_epochs each update copies the weights");
-  s.add("train", "ema_decay", &j.train.ema_decay,
-        "EMA decay per update before ema_adjust (--model-ema-decay): avg = decay × avg + (1 − decay) × model")
-      .min(0)
-      .max(1);
-  s.add("train", "ema_steps", &j.train.ema_steps,
-        "update the EMA after the optimizer step of every Nth batch of an epoch, from its first (--model-ema-steps)")
-      .min(1);
-  s.add("train", "ema_adjust", &j.train.ema_adjust,
-        "adjust ema_decay as torchvision's train.py does, for the samples between updates: decay = 1 − min(1, (1 − "
-        "ema_decay) × world size × batch_size × ema_steps / epochs); false = ema_decay as given");
 }
 
 // [checkpoint], [log] and [dist].
@@ -298,13 +189,13 @@ void bind_outputs_dist(JobConfig& j, ConfigSchema& s) {
 }  // namespace
 
 void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names) {
-  bind_run_data(j, s);
-  bind_data_recipe(j, s);
+  bind_run(j, s);
+  data::bind_data_config(j.data, s);  // [data], with the data pieces' own keys
   bind_model_optimization(j, s, names);
   bind_schedule_loss(j, s, names);
   bind_train(j, s);
   bind_outputs_dist(j, s);
-  declare_piece_settings(j, s);  // the pieces' own keys, declared in their files
+  declare_train_piece_settings(j, s);
 }
 
 int64_t global_batch(const TrainSection& train, int world_size) {

@@ -190,7 +190,7 @@ std::unique_ptr<BatchTransform> random_erasing_transform(uint64_t seed, double p
 }
 
 std::unique_ptr<BatchTransform> make_mixup_cutmix(const Job& job) {
-  const DataSection& d = job.config.data;
+  const auto d = job.config.pieces.get<MixUpCutMixOptions>(kMixUpCutMixPiece);
   if (d.mixup_alpha <= 0 && d.cutmix_alpha <= 0) return nullptr;
   if (job.train_loader->pipeline().output_spec().type == data::SampleType::kFeatures && d.cutmix_alpha > 0) {
     log_info("CutMix on float features: boxes are cut from the [C, H, W] feature maps");
@@ -204,23 +204,22 @@ std::unique_ptr<BatchTransform> make_mixup_cutmix(const Job& job) {
 }
 
 std::unique_ptr<BatchTransform> make_random_erasing(const Job& job) {
-  const DataSection& d = job.config.data;
-  if (d.random_erase <= 0) return nullptr;
+  const auto d = job.config.pieces.get<RandomErasingOptions>(kRandomErasingPiece);
+  if (d.p <= 0) return nullptr;
   auto pair = [](const std::vector<double>& v, const char* key, bool positive) {
     if (v.size() != 2 || !(v[0] <= v[1]) || (positive && !(v[0] > 0))) {
       throw bad_input("{}: two numbers [lo, hi] with lo <= hi{} expected, found {} values", key,
                       positive ? " and lo > 0" : "", v.size());
     }
   };
-  pair(d.random_erase_scale, "data.random_erase_scale", false);
-  pair(d.random_erase_ratio, "data.random_erase_ratio", true);
+  pair(d.scale, "data.random_erase_scale", false);
+  pair(d.ratio, "data.random_erase_ratio", true);
   const int64_t channels = job.train_loader->pipeline().output_spec().channels;
-  if (d.random_erase_value.size() != 1 && static_cast<int64_t>(d.random_erase_value.size()) != channels) {
+  if (d.value.size() != 1 && static_cast<int64_t>(d.value.size()) != channels) {
     throw bad_input("data.random_erase_value: one value or one per channel ({}) expected, found {}", channels,
-                    d.random_erase_value.size());
+                    d.value.size());
   }
-  return random_erasing_transform(static_cast<uint64_t>(job.config.run.seed), d.random_erase, d.random_erase_scale,
-                                  d.random_erase_ratio, d.random_erase_value);
+  return random_erasing_transform(static_cast<uint64_t>(job.config.run.seed), d.p, d.scale, d.ratio, d.value);
 }
 
 }  // namespace crucible::train

@@ -12,6 +12,7 @@
 #include "crucible/core/log.h"
 #include "crucible/data/loader.h"
 #include "crucible/train/job.h"
+#include "crucible/train/multi_scale.h"
 #include "crucible/train/recipe.h"
 #include "crucible/train/schedule.h"
 
@@ -40,7 +41,7 @@ class MultiScale final : public BatchTransform {
 
 std::unique_ptr<BatchTransform> make_multi_scale(const Job& job) {
   std::vector<int64_t> sizes;
-  for (double s : job.config.train.multi_scale) {
+  for (double s : job.config.pieces.get<MultiScaleOptions>(kMultiScalePiece).sizes) {
     if (s != std::floor(s) || s < 4 || s > 4096) {
       throw bad_input("train.multi_scale: {} is not a size in pixels (an integer 4–4096)", s);
     }

@@ -2,7 +2,10 @@
 // batch_transform_registry() is the order a batch goes through them.
 #include "crucible/train/recipe.h"
 
+#include "crucible/train/ema_options.h"
 #include "crucible/train/job.h"
+#include "crucible/train/mixup.h"
+#include "crucible/train/multi_scale.h"
 #include "crucible/train/weight_set.h"
 
 namespace crucible::train {
@@ -20,11 +23,11 @@ const WeightSet& ema_weight_set();                                      // ema.c
 const Registry<BatchTransformFactory>& batch_transform_registry() {
   static const Registry<BatchTransformFactory> registry = [] {
     Registry<BatchTransformFactory> r("batch transform");
-    r.add("random_erase", "data.random_erase: torchvision's RandomErasing per sample, from (seed, epoch, sample)",
+    r.add(kRandomErasingPiece, "data.random_erase: torchvision's RandomErasing per sample, from (seed, epoch, sample)",
           make_random_erasing);
-    r.add("mixup_cutmix", "data.mixup_alpha, data.cutmix_alpha: MixUp or CutMix per batch, from (seed, step, rank)",
+    r.add(kMixUpCutMixPiece, "data.mixup_alpha, data.cutmix_alpha: MixUp or CutMix per batch, from (seed, step, rank)",
           make_mixup_cutmix);
-    r.add("multi_scale", "train.multi_scale: each step at one size drawn from (seed, step), the same on every rank (M4)",
+    r.add(kMultiScalePiece, "train.multi_scale: each step at one size drawn from (seed, step), the same on every rank (M4)",
           make_multi_scale);
     return r;
   }();
@@ -36,7 +39,7 @@ const Registry<StepObserverFactory>& step_observer_registry() {
     Registry<StepObserverFactory> r("step observer");
     r.add("histograms", "log.histogram_every: TensorBoard histograms of the weights and gradients",
           make_histogram_observer);
-    r.add("ema", "train.ema: an exponential moving average of the weights, torchvision's --model-ema, evaluated "
+    r.add(kEmaPiece, "train.ema: an exponential moving average of the weights, torchvision's --model-ema, evaluated "
                  "beside the model",
           make_ema_observer);
     r.add("launch_progress", "crucible launch's progress file: the step each rank is at", make_launch_progress);

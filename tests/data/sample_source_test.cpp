@@ -30,7 +30,7 @@
 #include "crucible/data/decode.h"
 #include "crucible/data/pack.h"
 #include "crucible/io/idx.h"
-#include "crucible/train/data_setup.h"
+#include "crucible/data/data_setup.h"
 #include "test_util.h"
 
 namespace crucible::data {
@@ -858,21 +858,20 @@ TEST(EvenSubsetSource, KeepsEveryClassInProportionAndMapsIndexIToISizeOverN) {
   EXPECT_EQ(bytes_of(lmdb_sub->get(8)), bytes_of(folder->get(8 * 180 / 9)));
 }
 
-// data.train_samples / data.test_samples through train::make_data (torch-free, in crucible_base;
-// here until tests/train has a torch-free file in base_tests): N evenly spaced samples of an
+// data.train_samples / data.test_samples through data::make_data: N evenly spaced samples of an
 // image source, the first N of IDX files, and more than there are refused naming the key.
 TEST(EvenSubsetSource, MakeDataHonoursTrainAndTestSamplesForImages) {
   test::TempDir d;
   make_raw_folder(d / "train", {30, 60, 90});
   make_raw_folder(d / "test", {10, 10, 10});
-  train::JobConfig job;
-  job.data.dataset = train::DataSection::Dataset::kImages;
-  job.data.train_path = d / "train";
-  job.data.test_path = d / "test";
-  job.data.crop = 4;
-  job.data.train_samples = 60;
-  job.data.test_samples = 6;
-  const train::DataSetup ds = train::make_data(job, 1);
+  data::DataConfig job;
+  job.dataset = data::DataConfig::Dataset::kImages;
+  job.train_path = d / "train";
+  job.test_path = d / "test";
+  job.crop = 4;
+  job.train_samples = 60;
+  job.test_samples = 6;
+  const data::DataSetup ds = data::make_data(job, 1);
   ASSERT_EQ(ds.train->size(), 60);
   ASSERT_EQ(ds.test->size(), 6);
   EXPECT_EQ(ds.num_classes, 3);
@@ -894,42 +893,42 @@ TEST(EvenSubsetSource, MakeDataHonoursTrainAndTestSamplesForImages) {
   }
   // The bench loader's pipeline over a path takes data.train_samples the same way (and
   // data.test_samples for the evaluation split, --eval).
-  auto bench = train::make_pipeline_for_path(d / "train", job, 1, true);
+  auto bench = data::make_pipeline_for_path(d / "train", job, 1, true);
   ASSERT_EQ(bench->size(), 60);
   bench->produce(59, 0, px.data());
   EXPECT_EQ(px[0], 59 * 180 / 60);
-  test::expect_bad_input([&] { train::make_pipeline_for_path(d / "test", job, 1, true); },
+  test::expect_bad_input([&] { data::make_pipeline_for_path(d / "test", job, 1, true); },
                          {"data.train_samples = 60", "30 samples", "test"});
-  EXPECT_EQ(train::make_pipeline_for_path(d / "test", job, 1, false)->size(), 6);
+  EXPECT_EQ(data::make_pipeline_for_path(d / "test", job, 1, false)->size(), 6);
   // More than the data holds is a wrong config, for images and IDX alike.
-  job.data.train_samples = 181;
-  test::expect_bad_input([&] { train::make_data(job, 1); }, {"data.train_samples = 181", "holds 180 samples"});
-  job.data.train_samples = 0;
-  job.data.test_samples = 31;
-  test::expect_bad_input([&] { train::make_data(job, 1); }, {"data.test_samples = 31", "holds 30 samples"});
-  job.data.test_samples = 0;
-  EXPECT_EQ(train::make_data(job, 1).train->size(), 180);  // 0 = all
+  job.train_samples = 181;
+  test::expect_bad_input([&] { data::make_data(job, 1); }, {"data.train_samples = 181", "holds 180 samples"});
+  job.train_samples = 0;
+  job.test_samples = 31;
+  test::expect_bad_input([&] { data::make_data(job, 1); }, {"data.test_samples = 31", "holds 30 samples"});
+  job.test_samples = 0;
+  EXPECT_EQ(data::make_data(job, 1).train->size(), 180);  // 0 = all
 
   std::vector<uint8_t> idx_px(6 * 4);
   for (size_t i = 0; i < idx_px.size(); ++i) idx_px[i] = static_cast<uint8_t>(i / 4);
   io::write_idx(d / "img", io::IdxArray{io::DType::kU8, {6, 2, 2}, idx_px}, false);
   io::write_idx(d / "lab", io::IdxArray{io::DType::kU8, {6}, {5, 4, 3, 2, 1, 0}}, false);
-  job.data.dataset = train::DataSection::Dataset::kIdx;
-  job.data.train_images = job.data.test_images = d / "img";
-  job.data.train_labels = job.data.test_labels = d / "lab";
+  job.dataset = data::DataConfig::Dataset::kIdx;
+  job.train_images = job.test_images = d / "img";
+  job.train_labels = job.test_labels = d / "lab";
   job.pieces.of<data::RandomHorizontalFlipOptions>("hflip").p = 0;
-  job.data.train_samples = 3;
-  const train::DataSetup idx = train::make_data(job, 1);
+  job.train_samples = 3;
+  const data::DataSetup idx = data::make_data(job, 1);
   ASSERT_EQ(idx.train->size(), 3);  // IDX: the first N
   EXPECT_EQ(idx.test->size(), 6);
   std::vector<uint8_t> one(4);
   EXPECT_EQ(idx.train->produce(2, 0, one.data()), 3);
   EXPECT_EQ(one[0], 2);
-  job.data.train_samples = 7;
-  test::expect_bad_input([&] { train::make_data(job, 1); }, {"data.train_samples = 7", "holds 6 samples"});
-  job.data.train_samples = 0;
-  job.data.test_samples = 7;
-  test::expect_bad_input([&] { train::make_data(job, 1); }, {"data.test_samples = 7", "holds 6 samples"});
+  job.train_samples = 7;
+  test::expect_bad_input([&] { data::make_data(job, 1); }, {"data.train_samples = 7", "holds 6 samples"});
+  job.train_samples = 0;
+  job.test_samples = 7;
+  test::expect_bad_input([&] { data::make_data(job, 1); }, {"data.test_samples = 7", "holds 6 samples"});
 }
 
 // ---- detection ------------------------------------------------------------------------------

@@ -79,6 +79,19 @@ class ModuleTest(unittest.TestCase):
             got = digest(self.loader(train=train, layout="NHWC"))
             self.assertEqual(got, expected, f"train={train}")
 
+    def test_augment_options_set_the_keys_the_piece_declares(self):
+        # augment_options takes torchvision's keywords; which data.* key each sets comes from the
+        # piece's own declaration (src/data/augment.cpp), so the two spellings give one pipeline.
+        options = dict(num_ops=1, magnitude=5, num_magnitude_bins=11, fill=[10, 20, 30])
+        by_keyword = digest(self.loader(augment="randaugment", augment_options=options))
+        by_key = digest(self.loader(settings={
+            "data.augment": "randaugment", "data.augment_num_ops": 1, "data.augment_magnitude": 5,
+            "data.augment_bins": 11, "data.augment_fill": [10, 20, 30]}))
+        self.assertEqual(by_keyword, by_key)
+        self.assertNotEqual(by_keyword, digest(self.loader(augment="randaugment")))  # the options are taken
+        with self.assertRaisesRegex(ValueError, "unknown option 'ops'.*num_ops"):
+            self.loader(augment="randaugment", augment_options={"ops": 1})
+
     def test_one_and_four_threads_give_the_same_batches(self):
         self.assertEqual(digest(self.loader(threads=1)), digest(self.loader(threads=4)))
 

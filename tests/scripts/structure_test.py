@@ -6,7 +6,10 @@
     (src/train/assembly.cpp) and the Session (src/train/session.cpp);
   - the weight EMA's checkpoint keys ("ema.…") are spelled only in src/train/ema.cpp;
   - getenv appears in src/train only in src/train/environment.cpp, and the test seams'
-    variables (CRUCIBLE_TEST_…) are named only in include/crucible/train/environment.h.
+    variables (CRUCIBLE_TEST_…) are named only in include/crucible/train/environment.h;
+  - the data commands (`crucible bench loader`: src/cli/data_commands.cpp; the Python loaders:
+    python/module.cpp) include nothing of the train layer: they build their pipelines from the
+    data layer and the pieces' own settings.
 Comments do not count. A self-check first plants one breach of each rule in a scratch copy of
 the tree and must find exactly it, so each rule can fail.
 
@@ -30,6 +33,8 @@ EMA_FILE = "src/train/ema.cpp"
 SEAM_VAR = "CRUCIBLE_TEST_"
 SEAM_FILE = "include/crucible/train/environment.h"
 ENV_FILE = "src/train/environment.cpp"
+DATA_COMMANDS = {"src/cli/data_commands.cpp", "python/module.cpp"}
+TRAIN_INCLUDE = re.compile(r'#\s*include\s*"crucible/train/')
 
 
 def blank(text, keep_strings):
@@ -133,6 +138,9 @@ def violations(root):
         if rel.startswith("src/train/") and rel != ENV_FILE:
             for line in lines_matching(code, re.compile(r"\bgetenv\b")):
                 found.append(f"{rel}:{line}: getenv in the train layer; read it in {ENV_FILE}")
+        if rel in DATA_COMMANDS:
+            for line in lines_matching(blank(text, keep_strings=True), TRAIN_INCLUDE):
+                found.append(f"{rel}:{line}: a data command includes the train layer; build from src/data")
     for rel, text in sources(root, ["src/**/*.cpp", "src/**/*.h", "include/**/*.h", "python/**/*.cpp", "python/**/*.py"]):
         code = blank(text, keep_strings=True) if not rel.endswith(".py") else text
         if rel != EMA_FILE:
@@ -152,6 +160,7 @@ PLANTS = [  # (file, text appended, what the one finding must say)
     ("src/commands/predict.cpp", 'const char* k = "ema.n_averaged";\n', "EMA checkpoint key"),
     ("src/train/loss.cpp", 'const char* v = std::getenv("HOME");\n', "getenv in the train layer"),
     ("src/train/loss.cpp", 'const char* s = "CRUCIBLE_TEST_SOMETHING";\n', "test seam"),
+    ("src/cli/data_commands.cpp", '#include "crucible/train/job_config.h"\n', "includes the train layer"),
 ]
 
 
@@ -184,7 +193,7 @@ def main():
         print(f"structure_test: self-check failed: {problem}", file=sys.stderr)
         sys.exit(1)
     print("structure_test: ok: the loop is a loop, functions are short, the assembly, the EMA's keys and the "
-          "environment each have one home")
+          "environment each have one home; the data commands build without the train layer")
 
 
 if __name__ == "__main__":

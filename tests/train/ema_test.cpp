@@ -95,11 +95,12 @@ TEST(WeightEma, EqualsTorchvisionExponentialMovingAverageOnRandomStateDicts) {
   test::TempDir d;
   constexpr int64_t kIterations = 100, kPerEpoch = 10, kEvery = 3, kWarmupEpochs = 1;
   TrainSection t;
-  t.ema_decay = 0.99;
-  t.ema_steps = kEvery;
+  EmaOptions e;
+  e.decay = 0.99;
+  e.steps = kEvery;
   t.batch_size = 32;
   t.epochs = kIterations / kPerEpoch;
-  const double decay = ema_decay(t, /*world_size=*/1);  // 1 − min(1, 0.01 × 32 × 3 / 10) ≈ 0.904
+  const double decay = ema_decay(e, t, /*world_size=*/1);  // 1 − min(1, 0.01 × 32 × 3 / 10) ≈ 0.904
 
   at::manual_seed(7);
   const std::vector<nn::NamedTensor> init = random_state(-1);
@@ -170,13 +171,14 @@ TEST(WeightEma, EqualsTorchvisionExponentialMovingAverageOnRandomStateDicts) {
 }
 
 TEST(WeightEma, DecayIsGivenOrAdjustedAndClampedAsTrainPy) {
-  TrainSection t;  // defaults: 0.99998, every 32 steps, batch 256, 10 epochs
-  EXPECT_DOUBLE_EQ(ema_decay(t, 1), 1.0 - (1.0 - 0.99998) * (256.0 * 32 / 10));
-  EXPECT_DOUBLE_EQ(ema_decay(t, 4), 1.0 - (1.0 - 0.99998) * (4 * 256.0 * 32 / 10));
-  t.ema_decay = 0.9;  // alpha 0.1 × 819.2 > 1: clamped, the average is the weights
-  EXPECT_EQ(ema_decay(t, 1), 0.0);
-  t.ema_adjust = false;
-  EXPECT_EQ(ema_decay(t, 8), 0.9);
+  TrainSection t;  // defaults: batch 256, 10 epochs
+  EmaOptions e;    // defaults: 0.99998, every 32 steps
+  EXPECT_DOUBLE_EQ(ema_decay(e, t, 1), 1.0 - (1.0 - 0.99998) * (256.0 * 32 / 10));
+  EXPECT_DOUBLE_EQ(ema_decay(e, t, 4), 1.0 - (1.0 - 0.99998) * (4 * 256.0 * 32 / 10));
+  e.decay = 0.9;  // alpha 0.1 × 819.2 > 1: clamped, the average is the weights
+  EXPECT_EQ(ema_decay(e, t, 1), 0.0);
+  e.adjust = false;
+  EXPECT_EQ(ema_decay(e, t, 8), 0.9);
   EXPECT_THROW((WeightEma({}, 1.5)), Error);
   WeightEma ema({{"w", at::zeros({2})}}, 0.5);
   EXPECT_THROW((ema.update({{"w", at::zeros({3})}})), Error);              // another shape
@@ -254,9 +256,10 @@ TEST(EmaTraining, HundredStepsEqualAveragedModelFedTheSameWeights) {
   j.schedule.warmup_epochs = 1;  // train.py: the EMA copies the weights during the lr warm-up
   j.checkpoint.every_steps = 1000;
   j.log.progress = "none";
-  j.train.ema = true;
-  j.train.ema_steps = 3;
-  j.train.ema_decay = 0.99;  // adjusted: 1 − min(1, 0.01 × 32 × 3 / 5) = 0.808
+  EmaOptions& ema_options = j.pieces.of<EmaOptions>(kEmaPiece);
+  ema_options.enabled = true;
+  ema_options.steps = 3;
+  ema_options.decay = 0.99;  // adjusted: 1 − min(1, 0.01 × 32 × 3 / 5) = 0.808
   auto trace = std::make_shared<Trace>();
   testing::set_extra_step_observer([trace](const Job&) { return std::make_unique<TracingObserver>(trace); });
   const TrainSummary s = Trainer(j).run();
@@ -368,16 +371,14 @@ TEST(EmaTraining, ResumedFromAMidEpochCheckpointEqualsTheUninterruptedRun) {
     j.schedule.name = "cosine";
     j.schedule.warmup_epochs = 1;
     j.log.progress = "none";
-    j.train.ema = true;
-    j.train.ema_steps = 3;
-    j.train.ema_decay = 0.999;
+    j.pieces.of<EmaOptions>(kEmaPiece) = {true, 0.999, 3, true};
     return j;
   };
   const TrainSummary whole = Trainer(job("whole")).run();
   ASSERT_EQ(whole.steps, 30);
   {  // The EMA leaves the training alone: its evaluations swap its weights in and back bit for bit.
     JobConfig plain = job("plain");
-    plain.train.ema = false;
+    plain.pieces.of<EmaOptions>(kEmaPiece).enabled = false;
     const TrainSummary p = Trainer(plain).run();
     EXPECT_EQ(p.params_sha256, whole.params_sha256);
     EXPECT_EQ(p.test_acc, whole.test_acc);

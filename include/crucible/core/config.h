@@ -34,6 +34,13 @@ class ConfigKey {
   ConfigKey& non_negative() { return min(0.0); }
   // Allowed strings.
   ConfigKey& choices(std::vector<std::string> allowed);
+  // The keyword the library this key mirrors gives the option (torchvision's `num_ops` for
+  // data.augment_num_ops): the Python loaders accept it in a piece's options dict.
+  ConfigKey& arg(std::string name) {
+    arg_ = std::move(name);
+    return *this;
+  }
+  const std::string& arg() const { return arg_; }
 
   const std::string& section() const { return section_; }
   const std::string& key() const { return key_; }
@@ -60,6 +67,7 @@ class ConfigKey {
   std::function<void(const ConfigValue&)> set_;
   std::function<ConfigValue()> get_;
   std::string default_toml_;
+  std::string arg_;
   bool has_min_ = false, has_max_ = false, min_exclusive_ = false, max_exclusive_ = false;
   double min_ = 0, max_ = 0;
   std::vector<std::string> choices_;
@@ -119,6 +127,8 @@ class ConfigSchema {
   std::vector<std::pair<std::string, std::string>> values() const;
 
   const ConfigKey* find(const std::string& section, const std::string& key) const;
+  // Every key, in registration order.
+  std::vector<const ConfigKey*> keys() const;
 
  private:
   ConfigKey& add_key(std::unique_ptr<ConfigKey> key);

@@ -7,12 +7,17 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "crucible/data/image_ops.h"
 #include "crucible/data/sample_transform.h"
+
+namespace crucible {
+class ConfigSchema;
+}
 
 namespace crucible::data {
 
@@ -107,6 +112,28 @@ std::vector<std::array<AutoAugmentStep, 2>> autoaugment_policy_table(const std::
 
 // The transform data.augment names, or nullptr for "none". bad_input names the key of a bad option.
 std::shared_ptr<const SampleTransform> make_augment(const AugmentOptions& options);
+
+// data.augment and its options as a job's config holds them (the recipe's "augment" piece, after
+// the flip): each key carries torchvision's keyword (ConfigKey::arg), which the Python loaders
+// accept in augment_options.
+struct AugmentSettings {
+  std::string name = "none";          // data.augment
+  int64_t num_ops = 2;                // data.augment_num_ops
+  int64_t magnitude = 9;              // data.augment_magnitude
+  int64_t num_magnitude_bins = 31;    // data.augment_bins
+  std::string policy = "imagenet";    // data.augment_policy
+  std::string interpolation = "auto"; // data.augment_interpolation: auto = the transform's default
+  std::vector<double> fill;           // data.augment_fill: [] (fill=None), one value or one per channel
+  int64_t severity = 3;               // data.augmix_severity
+  int64_t mixture_width = 3;          // data.augmix_width
+  int64_t chain_depth = -1;           // data.augmix_depth
+  double alpha = 1.0;                 // data.augmix_alpha
+  bool all_ops = true;                // data.augmix_all_ops
+};
+void declare_settings(ConfigSchema& schema, AugmentSettings& settings);
+// The transform for a training pipeline of `spec`, or null for "none" (bad_input for float
+// features, or a fill of neither one value nor one per channel).
+std::shared_ptr<const SampleTransform> make_augment_piece(const AugmentSettings& settings, const ImageSpec& spec);
 
 // Draws for torchvision's _get_random_item / torch.randint(n, ()): uniform in [0, n).
 int random_index(SampleRng& rng, int n);

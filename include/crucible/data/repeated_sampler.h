@@ -18,7 +18,17 @@
 
 #include "crucible/data/sampler.h"
 
+namespace crucible {
+class ConfigSchema;
+}
+
 namespace crucible::data {
+
+// data.sampler = "repeated"'s setting: data.repeats, RASampler's repetitions (train.py's --ra-reps).
+struct RepeatedSamplerOptions {
+  int64_t repeats = 3;
+};
+void declare_settings(ConfigSchema& schema, RepeatedSamplerOptions& options);
 
 class RepeatedAugmentationSampler final : public Sampler {
  public:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "crucible/nn/named_tensor.h"
+#include "crucible/train/ema_options.h"
 
 namespace crucible::train {
 
@@ -20,7 +21,7 @@ struct TrainSection;
 // train.ema_adjust torchvision's adjustment for the update interval and the batch, in double as
 // train.py computes it: adjust = world × batch × ema_steps / epochs, alpha = min(1, (1 −
 // ema_decay) × adjust), decay = 1 − alpha. `world_size` ranks, train.batch_size per rank.
-double ema_decay(const TrainSection& train, int world_size);
+double ema_decay(const EmaOptions& ema, const TrainSection& train, int world_size);
 
 class WeightEma {
  public:

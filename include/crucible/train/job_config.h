@@ -9,8 +9,7 @@
 #include <vector>
 
 #include "crucible/core/config.h"
-#include "crucible/data/loader.h"
-#include "crucible/data/pipeline.h"
+#include "crucible/data/data_config.h"
 #include "crucible/nn/model_options.h"
 #include "crucible/train/optim_options.h"
 #include "crucible/train/precision.h"
@@ -28,63 +27,8 @@ struct RunSection {
   int64_t seed = 0;
 };
 
-struct DataSection {
-  // idx: IDX image + label files; arrays: .npy/.npz/.safetensors features + labels in the same
-  // four keys; images: encoded images (train_path/test_path)
-  enum class Dataset { kIdx, kArrays, kImages };
-  Dataset dataset = Dataset::kIdx;
-  std::string train_images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
-  std::string train_labels = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
-  std::string test_images = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
-  std::string test_labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
-  std::string train_path;     // "images": an image folder, tar shards, an LMDB folder or a packed index
-  std::string test_path;
-  int64_t crop = 224;         // "images": output size (RandomResizedCrop for training, centre crop for tests)
-  // FixRes (torchvision's --train-crop-size 176, --val-resize-size 232, --val-crop-size 224): the
-  // evaluation's crop and short side, apart from the training crop. 0: crop, and int(crop / 0.875).
-  int64_t eval_crop = 0;
-  int64_t eval_resize = 0;
-  data::CacheMode cache = data::CacheMode::kNone;  // images: none | encoded | decoded (D1)
-  int64_t cache_mb = 0;       // budget of that cache
-  std::string jpeg_decode = "fast";  // "fast" (fast IDCT, merged upsampling) | "accurate"
-  bool jpeg_dct_scaling = true;  // decode a JPEG at the smallest DCT scale that covers the output (D2)
-  bool exif_orientation = true;  // turn photos as their EXIF orientation tag says
-  std::string color_order = "RGB";  // D3: channel order the pipeline delivers ("BGR" only when asked)
-  data::BadSamplePolicy bad_samples = data::BadSamplePolicy::kFail;  // D5: fail | skip
-  int64_t train_samples = 0;  // 0 = all
-  int64_t test_samples = 0;   // 0 = all
-  // Automatic augmentation after the crop and flip (data/augment.h, torchvision's v2 transforms):
-  // none | randaugment | trivialaugment_wide | autoaugment | augmix, with their options.
-  std::string augment = "none";
-  int64_t augment_num_ops = 2;       // randaugment: ops per sample
-  int64_t augment_magnitude = 9;     // randaugment: the magnitude bin
-  int64_t augment_bins = 31;         // randaugment, trivialaugment_wide: magnitude bins
-  std::string augment_policy = "imagenet";  // autoaugment: imagenet | cifar10 | svhn
-  std::string augment_interpolation = "auto";  // auto (torchvision's default per transform) | nearest | bilinear
-  std::vector<double> augment_fill;  // pixel levels outside geometric ops: [] (zeros, as fill=None), 1 or 3 values
-  int64_t augmix_severity = 3;
-  int64_t augmix_width = 3;
-  int64_t augmix_depth = -1;         // -1: 1 to 3 ops per chain at random
-  double augmix_alpha = 1.0;
-  bool augmix_all_ops = true;
-  // After normalisation, on the device (train/mixup.h), as torchvision's RandomErasing: p (0 = off),
-  // the area fraction and aspect ratio ranges, the value(s) in normalised units.
-  double random_erase = 0.0;
-  std::vector<double> random_erase_scale = {0.02, 0.33};
-  std::vector<double> random_erase_ratio = {0.3, 3.3};
-  std::vector<double> random_erase_value = {0.0};
-  // MixUp / CutMix on the device (Beta(α, α)); with both, one of them per batch. 0 = off.
-  double mixup_alpha = 0.0;
-  double cutmix_alpha = 0.0;
-  std::string sampler = "distributed";  // the training order (train/data_recipe.cpp's sampler registry)
-  int64_t repeats = 3;  // sampler "repeated": copies of each sample an epoch (torchvision train.py's --ra-reps)
-  std::vector<double> mean = {0.2860};
-  std::vector<double> std = {0.3530};
-  std::string mean_std_range = "unit";  // D4: the units of mean/std: "unit" (0-1) or "byte" (0-255)
-  std::string mean_std_order = "RGB";   // D3: the channel order mean/std are listed in
-  int64_t threads = 0;                  // loader threads; 0 = 1 per 2 cores, at least 1
-  int64_t prefetch = 4;
-};
+// [data]: the data layer's (data/data_config.h), with its pieces' settings.
+using DataSection = data::DataConfig;
 
 struct TrainSection {
   std::string device = "auto";  // "auto" (a GPU when there is one) | "cpu" | "cuda" | "cuda:N"
@@ -113,16 +57,6 @@ struct TrainSection {
   // torch's profiler hooks: costs steps, on CUDA a sync per layer) | "off".
   enum class Profile { kOff, kLight, kFull };
   Profile profile = Profile::kLight;
-  // M4: input sizes (square) to train at, one per step drawn from (seed, step) — the same on
-  // every rank; empty = the data's own size. Evaluation uses the data's size.
-  std::vector<double> multi_scale;
-  // Weight EMA (train/ema.h), torchvision's --model-ema: an average of the parameters and
-  // buffers updated every ema_steps loader iterations, evaluated after every epoch beside the
-  // model (test_acc_ema) and kept in every checkpoint.
-  bool ema = false;
-  double ema_decay = 0.99998;  // [--model-ema-decay]
-  int64_t ema_steps = 32;      // [--model-ema-steps]
-  bool ema_adjust = true;      // decay adjusted as train.py does: 1 − min(1, (1 − ema_decay) × world × batch × ema_steps / epochs)
 };
 
 // The training loss (a registry name, train/loss.h) and its options.
@@ -165,9 +99,10 @@ struct JobConfig {
   CheckpointSection checkpoint;
   LogSection log;
   DistSection dist;
-  // The settings each registered piece declares in its own file (sample transforms:
-  // data_recipe.cpp's registry), by the piece's name: JobConfig collects them, bind_job_config
-  // binds them, the piece's factory reads them.
+  // The settings each registered train piece (a batch transform, a step observer: recipe.cpp)
+  // declares in its own header, by the piece's name: JobConfig collects them, bind_job_config
+  // binds them (train_piece_settings), the piece's factory reads them. The data pieces' are
+  // data.pieces.
   PieceOptions pieces;
 };
 

@@ -2,7 +2,9 @@
 // through between DeviceInput and the step (batch_transform.h), in registration order, and the
 // step observers the loop tells after every update (step_observer.h). Adding one is a file with
 // the transform or observer and one line in recipe.cpp. (The data side — sample transforms and
-// samplers — is data_recipe.h: torch-free.) Built once, then read-only.
+// samplers — is data/data_recipe.h: torch-free.) A piece with settings declares them in a
+// torch-free header of its own and in declare_train_piece_settings (job_config.cpp; DESIGN.md
+// "Adding a piece"). Built once, then read-only.
 #pragma once
 
 #include <functional>

@@ -1,5 +1,5 @@
 // make_data / make_pipeline_for_path: config → pipelines.
-#include "crucible/train/data_setup.h"
+#include "crucible/data/data_setup.h"
 
 #include <filesystem>
 
@@ -10,26 +10,26 @@
 #include "crucible/data/array_source.h"
 #include "crucible/data/sample_source.h"
 #include "crucible/data/source.h"
-#include "crucible/train/data_recipe.h"
+#include "crucible/data/data_recipe.h"
 
-namespace crucible::train {
+namespace crucible::data {
 namespace {
 
 namespace fs = std::filesystem;
 
 std::shared_ptr<const data::SamplePipeline> image_pipeline(std::shared_ptr<const data::SampleSource> source,
-                                                           const JobConfig& job, uint64_t seed, bool train) {
+                                                           const DataConfig& c, uint64_t seed, bool train) {
   data::ImagePipelineOptions o;
-  o.crop = static_cast<int>(train || job.data.eval_crop == 0 ? job.data.crop : job.data.eval_crop);
-  if (!train) o.resize = static_cast<int>(job.data.eval_resize);
+  o.crop = static_cast<int>(train || c.eval_crop == 0 ? c.crop : c.eval_crop);
+  if (!train) o.resize = static_cast<int>(c.eval_resize);
   o.train = train;
-  if (train) o.transforms = training_transforms(job, data::ImageSpec{o.crop, o.crop, 3});
-  o.cache = job.data.cache;
-  o.cache_bytes = job.data.cache_mb << 20;
-  o.order = data::parse_color_order(job.data.color_order, "data.color_order");
-  o.fast_decode = job.data.jpeg_decode == "fast";
-  o.dct_scaling = job.data.jpeg_dct_scaling;
-  o.exif_orientation = job.data.exif_orientation;
+  if (train) o.transforms = training_transforms(c, data::ImageSpec{o.crop, o.crop, 3});
+  o.cache = c.cache;
+  o.cache_bytes = c.cache_mb << 20;
+  o.order = data::parse_color_order(c.color_order, "data.color_order");
+  o.fast_decode = c.jpeg_decode == "fast";
+  o.dct_scaling = c.jpeg_dct_scaling;
+  o.exif_orientation = c.exif_orientation;
   o.augment_seed = seed;
   return std::make_shared<data::ImagePipeline>(std::move(source), o);
 }
@@ -62,8 +62,7 @@ bool find_idx(const std::string& dir, const std::string& split, std::string* ima
 }
 
 // data.dataset = "arrays": the IDX keys name array files; the features stay memory-mapped (D13).
-DataSetup make_array_data(const JobConfig& job, uint64_t augment_seed) {
-  const auto& c = job.data;
+DataSetup make_array_data(const DataConfig& c, uint64_t augment_seed) {
   std::shared_ptr<const data::ArraySource> train =
       data::load_array_source(c.train_images, c.train_labels, c.train_samples, "data.train_samples");
   std::shared_ptr<const data::ArraySource> test =
@@ -99,21 +98,20 @@ DataSetup make_array_data(const JobConfig& job, uint64_t augment_seed) {
   }
   DataSetup d;
   d.num_classes = std::max(train->num_classes(), test->num_classes());
-  d.train = std::make_shared<data::ArrayPipeline>(train, training_transforms(job, spec), augment_seed);
+  d.train = std::make_shared<data::ArrayPipeline>(train, training_transforms(c, spec), augment_seed);
   d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
   return d;
 }
 
 // eval and predict: the test split alone, through the pipeline training evaluates with.
-DataSetup make_test_data(const JobConfig& job) {
+DataSetup make_test_data(const DataConfig& c) {
   DataSetup d;
-  const DataSection& c = job.data;
-  if (c.dataset == DataSection::Dataset::kIdx) {
+  if (c.dataset == DataConfig::Dataset::kIdx) {
     std::shared_ptr<const data::Source> test =
         data::load_idx_source(c.test_images, c.test_labels, c.test_samples, "data.test_samples");
     d.num_classes = test->num_classes();
     d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
-  } else if (c.dataset == DataSection::Dataset::kArrays) {
+  } else if (c.dataset == DataConfig::Dataset::kArrays) {
     std::shared_ptr<const data::ArraySource> test =
         data::load_array_source(c.test_images, c.test_labels, c.test_samples, "data.test_samples");
     if (!test->features_mapped()) log_warn("data (D13): {}: {}", test->features_where(), test->features_note());
@@ -124,7 +122,7 @@ DataSetup make_test_data(const JobConfig& job) {
     std::shared_ptr<const data::SampleSource> test =
         take_samples(data::open_samples(c.test_path), c.test_samples, "data.test_samples", c.test_path);
     d.num_classes = static_cast<int64_t>(test->classes().size());
-    d.test = image_pipeline(test, job, 0, false);
+    d.test = image_pipeline(test, c, 0, false);
   }
   d.train = d.test;
   return d;
@@ -132,59 +130,59 @@ DataSetup make_test_data(const JobConfig& job) {
 
 }  // namespace
 
-DataSetup make_data(const JobConfig& job, uint64_t augment_seed, bool test_only) {
-  if (test_only) return make_test_data(job);
+DataSetup make_data(const DataConfig& c, uint64_t augment_seed, bool test_only) {
+  if (test_only) return make_test_data(c);
   DataSetup d;
-  if (job.data.dataset == DataSection::Dataset::kIdx) {
-    std::shared_ptr<const data::Source> train = data::load_idx_source(job.data.train_images, job.data.train_labels,
-                                                                      job.data.train_samples, "data.train_samples");
+  if (c.dataset == DataConfig::Dataset::kIdx) {
+    std::shared_ptr<const data::Source> train = data::load_idx_source(c.train_images, c.train_labels,
+                                                                      c.train_samples, "data.train_samples");
     std::shared_ptr<const data::Source> test =
-        data::load_idx_source(job.data.test_images, job.data.test_labels, job.data.test_samples, "data.test_samples");
+        data::load_idx_source(c.test_images, c.test_labels, c.test_samples, "data.test_samples");
     const data::ImageSpec a = train->spec(), b = test->spec();
     if (a.height != b.height || a.width != b.width || a.channels != b.channels) {
       throw bad_input("training images are {} but test images are {}", a.to_string(), b.to_string());
     }
     d.num_classes = std::max(train->num_classes(), test->num_classes());
-    d.train = std::make_shared<data::ArrayPipeline>(train, training_transforms(job, a), augment_seed);
+    d.train = std::make_shared<data::ArrayPipeline>(train, training_transforms(c, a), augment_seed);
     d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
     return d;
   }
-  if (job.data.dataset == DataSection::Dataset::kArrays) return make_array_data(job, augment_seed);
-  if (job.data.train_path.empty() || job.data.test_path.empty()) {
+  if (c.dataset == DataConfig::Dataset::kArrays) return make_array_data(c, augment_seed);
+  if (c.train_path.empty() || c.test_path.empty()) {
     throw bad_input("data.dataset = \"images\" needs data.train_path and data.test_path");
   }
-  std::shared_ptr<const data::SampleSource> train = data::open_samples(job.data.train_path);
-  std::shared_ptr<const data::SampleSource> test = data::open_samples(job.data.test_path);
-  if (train->size() == 0) throw bad_input("{}: no samples", job.data.train_path);
-  train = take_samples(std::move(train), job.data.train_samples, "data.train_samples", job.data.train_path);
-  test = take_samples(std::move(test), job.data.test_samples, "data.test_samples", job.data.test_path);
+  std::shared_ptr<const data::SampleSource> train = data::open_samples(c.train_path);
+  std::shared_ptr<const data::SampleSource> test = data::open_samples(c.test_path);
+  if (train->size() == 0) throw bad_input("{}: no samples", c.train_path);
+  train = take_samples(std::move(train), c.train_samples, "data.train_samples", c.train_path);
+  test = take_samples(std::move(test), c.test_samples, "data.test_samples", c.test_path);
   d.num_classes = static_cast<int64_t>(std::max(train->classes().size(), test->classes().size()));
-  d.train = image_pipeline(train, job, augment_seed, true);
-  d.test = image_pipeline(test, job, 0, false);
+  d.train = image_pipeline(train, c, augment_seed, true);
+  d.test = image_pipeline(test, c, 0, false);
   return d;
 }
 
-std::shared_ptr<const data::SamplePipeline> make_pipeline_for_path(const std::string& path, const JobConfig& job,
+std::shared_ptr<const data::SamplePipeline> make_pipeline_for_path(const std::string& path, const DataConfig& c,
                                                                    uint64_t augment_seed, bool train) {
   // The training split honours data.train_samples, the evaluation split data.test_samples.
-  const int64_t n = train ? job.data.train_samples : job.data.test_samples;
+  const int64_t n = train ? c.train_samples : c.test_samples;
   const char* key = train ? "data.train_samples" : "data.test_samples";
   std::string images, labels;
   if (fs::is_directory(path) && find_idx(path, train ? "train" : "t10k", &images, &labels)) {
     std::shared_ptr<const data::Source> src = data::load_idx_source(images, labels, n, key);
     return std::make_shared<data::ArrayPipeline>(
-        src, train ? training_transforms(job, src->spec()) : data::SampleTransforms{}, augment_seed);
+        src, train ? training_transforms(c, src->spec()) : data::SampleTransforms{}, augment_seed);
   }
-  return image_pipeline(take_samples(data::open_samples(path), n, key, path), job, augment_seed, train);
+  return image_pipeline(take_samples(data::open_samples(path), n, key, path), c, augment_seed, train);
 }
 
-data::LoaderOptions loader_options(const JobConfig& job, int64_t batch_size, int threads) {
+data::LoaderOptions loader_options(const DataConfig& c, int64_t batch_size, int threads) {
   data::LoaderOptions o;
   o.batch_size = batch_size;
   o.threads = threads;
-  o.prefetch = static_cast<int>(job.data.prefetch);
-  o.bad_samples = job.data.bad_samples;
+  o.prefetch = static_cast<int>(c.prefetch);
+  o.bad_samples = c.bad_samples;
   return o;
 }
 
-}  // namespace crucible::train
+}  // namespace crucible::data

@@ -1,22 +1,26 @@
-// The data side of a recipe (train/data_recipe.h): the registries' entries and order, the chain
-// a job's config turns on, the flip as a sample transform (in place, either layout), and the
+// The data side of a recipe (data/data_recipe.h): the registries' entries and order, the chain
+// a [data] config turns on, the flip as a sample transform (in place, either layout), and the
 // sampler data.sampler names — DistributedSampler's order (X1). To add a case for a new entry:
-// build a JobConfig that turns it on and compare its output with the reference it claims.
-#include "crucible/train/data_recipe.h"
+// build a DataConfig that turns it on and compare its output with the reference it claims.
+#include "crucible/data/data_recipe.h"
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
 
 #include "crucible/core/config.h"
 #include "crucible/core/error.h"
+#include "crucible/core/file.h"
 #include "crucible/core/rng.h"
+#include "crucible/data/augment.h"
 #include "crucible/data/random_solarize.h"
 #include "crucible/data/repeated_sampler.h"
 #include "crucible/data/transform.h"
+#include "crucible/train/job_config.h"
 #include "test_util.h"
 
-namespace crucible::train {
+namespace crucible::data {
 namespace {
 
 const data::ImageSpec kPixels{4, 5, 3, data::ColorOrder::kRGB};
@@ -27,7 +31,7 @@ TEST(DataRecipe, RegistriesListTheirEntriesInChainOrder) {
 }
 
 TEST(DataRecipe, TheChainHoldsWhatTheConfigTurnsOn) {
-  JobConfig job;
+  DataConfig job;
   double& hflip = job.pieces.of<data::RandomHorizontalFlipOptions>("hflip").p;
   hflip = 0.25;
   const data::SampleTransforms chain = training_transforms(job, kPixels);
@@ -44,38 +48,39 @@ TEST(DataRecipe, TheChainHoldsWhatTheConfigTurnsOn) {
 // data.augment: after the flip (torchvision's preset order), with the options of its keys; an
 // augmentation of float features, or a fill of the wrong length, is refused naming the key.
 TEST(DataRecipe, AugmentFollowsTheFlipWithItsOptions) {
-  JobConfig job;
+  DataConfig job;
   job.pieces.of<data::RandomHorizontalFlipOptions>("hflip").p = 0.5;
-  job.data.augment = "randaugment";
-  job.data.augment_num_ops = 3;
-  job.data.augment_magnitude = 5;
-  job.data.augment_interpolation = "bilinear";
-  job.data.augment_fill = {7, 8, 9};
+  AugmentSettings& augment = job.pieces.of<AugmentSettings>("augment");
+  augment.name = "randaugment";
+  augment.num_ops = 3;
+  augment.magnitude = 5;
+  augment.interpolation = "bilinear";
+  augment.fill = {7, 8, 9};
   data::SampleTransforms chain = training_transforms(job, kPixels);
   ASSERT_EQ(chain.size(), 2u);
   EXPECT_EQ(chain[0]->describe(), "flip p=0.5");
   EXPECT_EQ(chain[1]->describe(), "randaugment (3 ops at magnitude 5/31, bilinear, fill 7,8,9)");
-  job.data.augment = "trivialaugment_wide";
-  job.data.augment_interpolation = "auto";
-  job.data.augment_fill = {};
+  augment.name = "trivialaugment_wide";
+  augment.interpolation = "auto";
+  augment.fill = {};
   chain = training_transforms(job, kPixels);
   EXPECT_EQ(chain[1]->describe(), "trivialaugment_wide (31 bins, nearest)");
-  job.data.augment = "augmix";
+  augment.name = "augmix";
   EXPECT_EQ(training_transforms(job, kPixels)[1]->describe(),
             "augmix (severity 3, width 3, depth 1-3, alpha 1, all ops, bilinear)");
-  job.data.augment_fill = {1, 2};
+  augment.fill = {1, 2};
   try {
     training_transforms(job, kPixels);
     ADD_FAILURE() << "a fill of 2 values for 3 channels was taken";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("data.augment_fill"), std::string::npos) << e.what();
   }
-  job.data.augment_fill = {};
+  augment.fill = {};
   data::ImageSpec features = kPixels;
   features.type = data::SampleType::kFeatures;
   EXPECT_THROW(training_transforms(job, features), Error);
-  job.data.augment = "randaugment";
-  job.data.augment_magnitude = 31;  // bins are 0..30
+  augment.name = "randaugment";
+  augment.magnitude = 31;  // bins are 0..30
   EXPECT_THROW(training_transforms(job, kPixels), Error);
 }
 
@@ -116,14 +121,14 @@ TEST(DataRecipe, FlipMirrorsInPlaceInEitherLayoutFromTheSampleStream) {
 
 // X1: data.sampler = "distributed" is DistributedSampler's order for the job's stream and shard.
 TEST(DataRecipe, TheDefaultSamplerIsDistributedSamplerX1) {
-  JobConfig job;
+  DataConfig job;
   const data::Sampler::Shard shard{3, 1, false};
   const auto s = make_training_sampler(job, {1000, 77, shard});
   const data::DistributedSampler reference(1000, /*shuffle=*/true, 77, shard);
   EXPECT_EQ(s->num_samples(), reference.num_samples());
   for (int64_t epoch = 0; epoch < 3; ++epoch) EXPECT_EQ(s->epoch_order(epoch), reference.epoch_order(epoch));
   EXPECT_NE(s->epoch_order(0), s->epoch_order(1));
-  job.data.sampler = "sequential";
+  job.sampler = "sequential";
   test::expect_bad_input([&] { make_training_sampler(job, {10, 0, {}}); },
                          {"data.sampler", "sequential", "distributed", "repeated"});
 }
@@ -131,10 +136,10 @@ TEST(DataRecipe, TheDefaultSamplerIsDistributedSamplerX1) {
 // X1: data.sampler = "repeated" is torchvision's RASampler (shuffled) for the job's stream, its
 // shard and data.repeats copies (sampler_test.cpp compares that class with RASampler itself).
 TEST(DataRecipe, RepeatedIsRASamplerWithDataRepeatsX1) {
-  JobConfig job;
-  job.data.sampler = "repeated";
-  EXPECT_EQ(job.data.repeats, 3);  // train.py's --ra-reps default
-  job.data.repeats = 4;
+  DataConfig job;
+  job.sampler = "repeated";
+  EXPECT_EQ(job.pieces.of<RepeatedSamplerOptions>("repeated").repeats, 3);  // train.py's --ra-reps default
+  job.pieces.of<RepeatedSamplerOptions>("repeated").repeats = 4;
   const data::Sampler::Shard shard{3, 2, false};
   const auto s = make_training_sampler(job, {1000, 77, shard});
   const data::RepeatedAugmentationSampler reference(1000, /*shuffle=*/true, 77, 4, shard);
@@ -147,12 +152,12 @@ TEST(DataRecipe, RepeatedIsRASamplerWithDataRepeatsX1) {
 
 // A piece that declares its settings in its own file (data.solarize, random_solarize.cpp): the
 // keys are the config's like any other (loaded, checked, in --help and the resolved TOML), the
-// options live in JobConfig::pieces (copied deeply with the config), and the factory reads them:
+// options live in DataConfig::pieces (copied deeply with the config), and the factory reads them:
 // the transform follows the flip and the automatic augmentation.
 TEST(DataRecipe, APieceDeclaresItsOwnSettings) {
-  JobConfig job;
+  DataConfig job;
   ConfigSchema schema;
-  bind_job_config(job, schema);
+  bind_data_config(job, schema);
   EXPECT_NE(schema.help_text().find("solarize_threshold"), std::string::npos);
   EXPECT_NE(schema.to_toml().find("solarize = 0.0"), std::string::npos);
   schema.load_string("[data]\nsolarize = 0.25\nsolarize_threshold = 100.5\nhflip = 0.5\naugment = \"autoaugment\"\n",
@@ -162,7 +167,7 @@ TEST(DataRecipe, APieceDeclaresItsOwnSettings) {
   const data::SampleTransforms chain = training_transforms(job, kPixels);
   ASSERT_EQ(chain.size(), 3u);
   EXPECT_EQ(chain[2]->describe(), "solarize p=0.25 threshold=100.5");
-  JobConfig copy = job;  // deep: the copy's settings are its own
+  DataConfig copy = job;  // deep: the copy's settings are its own
   copy.pieces.of<data::RandomSolarizeOptions>("solarize").p = 0;
   EXPECT_EQ(job.pieces.get<data::RandomSolarizeOptions>("solarize").p, 0.25);
   EXPECT_EQ(training_transforms(copy, kPixels).size(), 2u);
@@ -172,26 +177,64 @@ TEST(DataRecipe, APieceDeclaresItsOwnSettings) {
   data::ImageSpec features = kPixels;
   features.type = data::SampleType::kFeatures;
   job.pieces.of<data::RandomHorizontalFlipOptions>("hflip").p = 0;
-  job.data.augment = "none";
+  job.pieces.of<AugmentSettings>("augment").name = "none";
   test::expect_bad_input([&] { training_transforms(job, features); }, {"data.solarize", "float features"});
-  JobConfig fresh;  // never bound: the defaults, off
+  DataConfig fresh;  // never bound: the defaults, off
   EXPECT_EQ(fresh.pieces.get<data::RandomSolarizeOptions>("solarize").p, 0);
   EXPECT_EQ(training_transforms(fresh, kPixels).size(), 1u);  // the default flip alone
 }
 
 TEST(DataRecipe, DataSamplerIsACheckedKey) {
-  JobConfig job;
+  DataConfig job;
   ConfigSchema schema;
-  bind_job_config(job, schema);
+  bind_data_config(job, schema);
   schema.load_string("[data]\nsampler = \"distributed\"\n", "ok.toml");
-  EXPECT_EQ(job.data.sampler, "distributed");
+  EXPECT_EQ(job.sampler, "distributed");
   test::expect_bad_input([&] { schema.load_string("[data]\nsampler = \"shuffled\"\n", "bad.toml"); },
                          {"data.sampler", "shuffled"});
   schema.load_string("[data]\nsampler = \"repeated\"\nrepeats = 2\n", "ok.toml");
-  EXPECT_EQ(job.data.sampler, "repeated");
-  EXPECT_EQ(job.data.repeats, 2);
+  EXPECT_EQ(job.sampler, "repeated");
+  EXPECT_EQ(job.pieces.get<RepeatedSamplerOptions>("repeated").repeats, 2);
   test::expect_bad_input([&] { schema.load_string("[data]\nrepeats = 0\n", "bad.toml"); }, {"data.repeats"});
 }
 
+// The data commands (`crucible bench loader`, the Python loaders) bind the [data] keys alone and
+// start from the data layer's defaults: those are the default job's [data] (configs/
+// fashion_mnist.toml), key for key, so a data command reads what `crucible train` would.
+TEST(DataRecipe, TheDataLayersDefaultsAreTheDefaultJobsData) {
+  const std::string toml = read_file(std::string(CRUCIBLE_TEST_SUPPORT_DIR) + "/../../configs/fashion_mnist.toml");
+  train::JobConfig job;
+  ConfigSchema full;
+  train::bind_job_config(job, full);
+  full.load_string(toml, "configs/fashion_mnist.toml");
+  DataConfig config;
+  ConfigSchema alone;
+  bind_data_config(config, alone);
+  std::map<std::string, std::string> defaults;
+  for (const auto& [key, value] : alone.values()) defaults[key] = value;
+  int compared = 0;
+  for (const auto& [key, value] : full.values()) {
+    const auto it = defaults.find(key);
+    if (key.rfind("data.", 0) != 0 || it == defaults.end()) continue;  // the train pieces' data.* keys
+    EXPECT_EQ(it->second, value) << key;
+    ++compared;
+  }
+  EXPECT_EQ(compared, static_cast<int>(defaults.size()));  // every data-layer key is the job's too
+  EXPECT_GT(compared, 40);
+}
+
+// The Python loaders' augment_options take torchvision's keywords; each comes from the key's
+// own declaration (ConfigKey::arg in augment.cpp), not from a table in the Python module.
+TEST(DataRecipe, PieceArgumentsComeFromTheDeclaration) {
+  const auto args = piece_arguments("augment");
+  std::map<std::string, std::string> by_arg(args.begin(), args.end());
+  EXPECT_EQ(by_arg.size(), 11u);
+  EXPECT_EQ(by_arg["num_ops"], "data.augment_num_ops");
+  EXPECT_EQ(by_arg["num_magnitude_bins"], "data.augment_bins");
+  EXPECT_EQ(by_arg["mixture_width"], "data.augmix_width");
+  EXPECT_TRUE(piece_arguments("solarize").empty());  // its keys mirror no keyword of their own
+  test::expect_bad_input([] { piece_arguments("blur"); }, {"blur", "hflip", "augment", "solarize"});
+}
+
 }  // namespace
-}  // namespace crucible::train
+}  // namespace crucible::data

@@ -1,0 +1,69 @@
+// bind_data_config: the reference of every [data] key (defaults, allowed values, help).
+#include "crucible/data/data_config.h"
+
+#include "crucible/data/data_recipe.h"
+
+namespace crucible::data {
+
+void bind_data_config(DataConfig& c, ConfigSchema& s) {
+  using DS = DataConfig::Dataset;
+  s.add_enum("data", "dataset", &c.dataset, {{"idx", DS::kIdx}, {"arrays", DS::kArrays}, {"images", DS::kImages}},
+             "data set kind: IDX files; arrays (.npy/.npz/.safetensors in the train_/test_ images/labels keys, "
+             "\"file.npz:name\" picks one array); or encoded images (JPEG/PNG)");
+  s.add("data", "train_images", &c.train_images, "training images (IDX, gzip or plain)");
+  s.add("data", "train_labels", &c.train_labels, "training labels (IDX)");
+  s.add("data", "test_images", &c.test_images, "test images (IDX), evaluated after every epoch");
+  s.add("data", "test_labels", &c.test_labels, "test labels (IDX)");
+  s.add("data", "train_path", &c.train_path,
+        "images: training samples (image folder, tar shards, LMDB folder or packed index)");
+  s.add("data", "test_path", &c.test_path, "images: test samples");
+  s.add("data", "crop", &c.crop, "images: output side (RandomResizedCrop when training)").min(1);
+  s.add("data", "eval_crop", &c.eval_crop,
+        "images: the evaluation's centre crop (FixRes, --val-crop-size); 0 = data.crop").min(0);
+  s.add("data", "eval_resize", &c.eval_resize,
+        "images: the evaluation's short side before its centre crop (--val-resize-size); 0 = int(eval crop / 0.875)")
+      .min(0);
+  using CM = CacheMode;
+  s.add_enum("data", "cache", &c.cache,
+             {{"none", CM::kNone}, {"encoded", CM::kEncoded}, {"decoded", CM::kDecoded}},
+             "images: RAM cache of encoded bytes or decoded pixels (D1)");
+  s.add("data", "cache_mb", &c.cache_mb, "images: cache budget in MiB").non_negative();
+  s.add("data", "jpeg_decode", &c.jpeg_decode,
+        "images: JPEG decoding: fast integer IDCT + merged chroma upsampling, or libjpeg's accurate defaults")
+      .choices({"fast", "accurate"});
+  s.add("data", "jpeg_dct_scaling", &c.jpeg_dct_scaling,
+        "images: decode a JPEG at the smallest DCT scale (1/8, 1/4, 1/2) that covers the output (D2); false: at full "
+        "resolution, as torchvision");
+  s.add("data", "exif_orientation", &c.exif_orientation,
+        "images: turn JPEGs as their EXIF orientation tag says; false: stored orientation, as torchvision's decode_jpeg "
+        "and PIL's Image.open");
+  s.add("data", "color_order", &c.color_order, "channel order the pipeline delivers (D3)").choices({"RGB", "BGR"});
+  s.add_enum("data", "bad_samples", &c.bad_samples,
+             {{"fail", BadSamplePolicy::kFail}, {"skip", BadSamplePolicy::kSkip}},
+             "a sample that fails to read or decode: stop, or skip and report (D5)");
+  s.add("data", "train_samples", &c.train_samples,
+        "use N training samples (0 = all): the first N of IDX files, N evenly spaced ones of images (every class in "
+        "proportion); more than there are is an error")
+      .non_negative();
+  s.add("data", "test_samples", &c.test_samples,
+        "use N test samples (0 = all): the first N of IDX files, N evenly spaced ones of images (every class in "
+        "proportion); more than there are is an error")
+      .non_negative();
+  s.add("data", "sampler", &c.sampler,
+        "the training order: distributed (PyTorch's DistributedSampler, X1) or repeated (torchvision's RASampler: "
+        "repeated augmentation, data.repeats copies of each sample, floor(n // 256 * 256 / world) samples a rank "
+        "an epoch)")
+      .choices(sampler_registry().names());
+  s.add("data", "mean", &c.mean, "per-channel mean for normalisation, in mean_std_range units");
+  s.add("data", "std", &c.std, "per-channel std for normalisation, in mean_std_range units").positive();
+  s.add("data", "mean_std_range", &c.mean_std_range,
+        "units of mean/std: \"unit\" = pixels/255 (torchvision), \"byte\" = 0-255 (D4)")
+      .choices({"unit", "byte"});
+  s.add("data", "mean_std_order", &c.mean_std_order, "channel order of mean/std (D3)").choices({"RGB", "BGR"});
+  s.add("data", "threads", &c.threads, "loader threads (0 = chosen: one per two cores for idx, measured for images)")
+      .non_negative();
+  s.add("data", "prefetch", &c.prefetch, "batches prepared ahead of training (bounds memory)").min(1);
+  declare_data_piece_settings(c, s);  // the pieces' own keys, declared in their files
+}
+
+}  // namespace crucible::data

@@ -1,0 +1,84 @@
+// The registries of the data side of a recipe (see data_recipe.h). One line per entry; the
+// order of sample_transform_registry() is the order a sample goes through them.
+#include "crucible/data/data_recipe.h"
+
+#include "crucible/core/config.h"
+#include "crucible/data/augment.h"
+#include "crucible/data/random_solarize.h"
+#include "crucible/data/repeated_sampler.h"
+
+namespace crucible::data {
+namespace {
+
+// data.sampler = "repeated": torchvision's RASampler(shuffle=True, repetitions=data.repeats).
+std::shared_ptr<const Sampler> make_repeated_sampler(const RepeatedSamplerOptions& o, const SamplerBuild& b) {
+  return std::make_shared<RepeatedAugmentationSampler>(b.size, /*shuffle=*/true, b.seed, o.repeats, b.shard);
+}
+
+// data.sampler = "distributed": PyTorch's DistributedSampler(shuffle=True).
+std::shared_ptr<const Sampler> make_distributed_sampler(const DataConfig&, const SamplerBuild& b) {
+  return std::make_shared<DistributedSampler>(b.size, /*shuffle=*/true, b.seed, b.shard);
+}
+
+}  // namespace
+
+const Registry<SampleTransformPiece>& sample_transform_registry() {
+  static const Registry<SampleTransformPiece> registry = [] {
+    Registry<SampleTransformPiece> r("sample transform");
+    r.add("hflip", "data.hflip: a random horizontal flip (torchvision's RandomHorizontalFlip)",
+          sample_transform_piece<RandomHorizontalFlipOptions>("hflip", make_random_horizontal_flip));
+    r.add("augment", "data.augment: RandAugment, TrivialAugmentWide, AutoAugment or AugMix (torchvision's v2)",
+          sample_transform_piece<AugmentSettings>("augment", make_augment_piece));
+    r.add("solarize", "data.solarize: torchvision's RandomSolarize",
+          sample_transform_piece<RandomSolarizeOptions>("solarize", make_random_solarize));
+    return r;
+  }();
+  return registry;
+}
+
+const Registry<SamplerPiece>& sampler_registry() {
+  static const Registry<SamplerPiece> registry = [] {
+    Registry<SamplerPiece> r("sampler");
+    r.add("distributed", "PyTorch's DistributedSampler order, shuffled per (seed, epoch) (X1)",
+          {nullptr, make_distributed_sampler});
+    r.add("repeated", "torchvision's RASampler: repeated augmentation, data.repeats copies of each sample (DeiT)",
+          sampler_piece<RepeatedSamplerOptions>("repeated", make_repeated_sampler));
+    return r;
+  }();
+  return registry;
+}
+
+SampleTransforms training_transforms(const DataConfig& config, const ImageSpec& spec) {
+  SampleTransforms chain;
+  for (const auto& e : sample_transform_registry().entries()) {
+    if (auto t = e.factory.make(config, spec)) chain.push_back(std::move(t));
+  }
+  return chain;
+}
+
+std::shared_ptr<const Sampler> make_training_sampler(const DataConfig& config, const SamplerBuild& build) {
+  return sampler_registry().get(config.sampler, "data.sampler").factory.make(config, build);
+}
+
+void declare_data_piece_settings(DataConfig& config, ConfigSchema& schema) {
+  for (const auto& e : sample_transform_registry().entries()) {
+    if (e.factory.declare) e.factory.declare(config, schema);
+  }
+  for (const auto& e : sampler_registry().entries()) {
+    if (e.factory.declare) e.factory.declare(config, schema);
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> piece_arguments(const std::string& piece) {
+  DataConfig config;
+  ConfigSchema schema;
+  const auto& declare = sample_transform_registry().get(piece, "sample transform").factory.declare;
+  if (declare) declare(config, schema);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const ConfigKey* k : schema.keys()) {
+    if (!k->arg().empty()) out.emplace_back(k->arg(), k->full_name());
+  }
+  return out;
+}
+
+}  // namespace crucible::data
