@@ -14,12 +14,14 @@ and line or the test, when
 Self-checks run first: the ID scan on a sample of the forms it must and must not take; an unknown
 ID planted in a scratch file, and a row written twice, must each be the one new finding.
 """
-import argparse
 import glob
 import os
 import re
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import source_scan  # noqa: E402
 
 DOC = "docs/PITFALLS.md"
 SCANNED = ("src", "include", "tests", "python", "scripts", "bench")
@@ -236,21 +238,10 @@ def self_check(source):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--source", default=os.path.join(os.path.dirname(__file__), "..", ".."))
-    source = os.path.realpath(ap.parse_args().source)
-    failed = self_check(source)
-    if failed:
-        print(f"pitfalls_test: self-check failed: {failed}", file=sys.stderr)
-        sys.exit(1)
-    found = violations(source)
-    if found:
-        print(f"pitfalls_test: {DOC} does not match the tree:", file=sys.stderr)
-        for f in found:
-            print("  " + f, file=sys.stderr)
-        sys.exit(1)
-    uses = id_uses(source)
-    print(f"pitfalls_test: ok: the {len(uses)} IDs used in the tree have rows, and every test a row names exists")
+    # No plant of a file alone: the scan needs the catalogue, so self_check plants beside the tree.
+    source_scan.run("pitfalls_test", violations, [], f"{DOC} does not match the tree",
+                    "every ID used in the tree has a row, and every test a row names exists",
+                    self_check=self_check)
 
 
 if __name__ == "__main__":

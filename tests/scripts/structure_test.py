@@ -11,17 +11,17 @@
     python/module.cpp) include nothing of the train layer: they build their pipelines from the
     data layer and the pieces' own settings.
 Comments do not count. A self-check first plants one breach of each rule in a scratch copy of
-the tree and must find exactly it, so each rule can fail.
+its file and must find exactly it, so each rule can fail (source_scan.py).
 
     tests/scripts/structure_test.py [--source DIR]    # exit 0 clean, 1 with the list
 """
-import argparse
 import glob
 import os
 import re
-import shutil
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import source_scan  # noqa: E402
 
 MAX_LOOP_LINES = 350
 MAX_FUNCTION_LINES = 80
@@ -164,36 +164,10 @@ PLANTS = [  # (file, text appended, what the one finding must say)
 ]
 
 
-def self_check(source):
-    for rel, text, expect in PLANTS:
-        with tempfile.TemporaryDirectory() as scratch:
-            for d in ("src", "include", "python"):
-                if os.path.isdir(os.path.join(source, d)):
-                    shutil.copytree(os.path.join(source, d), os.path.join(scratch, d))
-            with open(os.path.join(scratch, rel), "a", encoding="utf-8") as f:
-                f.write(text)
-            found = violations(scratch)
-            if len(found) != 1 or expect not in found[0]:
-                return f"planting in {rel} ({expect!r}) gave {found}"
-    return None
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--source", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-    source = os.path.realpath(ap.parse_args().source)
-    found = violations(source)
-    if found:
-        print("structure_test: the house rules are broken:", file=sys.stderr)
-        for f in found:
-            print("  " + f, file=sys.stderr)
-        sys.exit(1)
-    problem = self_check(source)
-    if problem:
-        print(f"structure_test: self-check failed: {problem}", file=sys.stderr)
-        sys.exit(1)
-    print("structure_test: ok: the loop is a loop, functions are short, the assembly, the EMA's keys and the "
-          "environment each have one home; the data commands build without the train layer")
+    source_scan.run("structure_test", violations, PLANTS, "the house rules are broken",
+                    "the loop is a loop, functions are short, the assembly, the EMA's keys and the environment "
+                    "each have one home; the data commands build without the train layer")
 
 
 if __name__ == "__main__":

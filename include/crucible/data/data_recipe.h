@@ -11,6 +11,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "crucible/core/registry.h"
 #include "crucible/data/data_config.h"
