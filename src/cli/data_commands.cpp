@@ -62,7 +62,7 @@ CLI::App* add_bench_decode(CLI::App& bench, BenchDecodeArgs& a) {
 }
 
 int run_bench_decode(const BenchDecodeArgs& a) {
-  auto source = data::open_samples(a.data);
+  auto source = data::open_data_path(a.data, data::DataConfig{}, false);
   const int64_t n = a.limit > 0 ? std::min(a.limit, source->size()) : source->size();
   std::vector<std::vector<uint8_t>> bytes(static_cast<size_t>(n));
   int64_t total = 0;
@@ -155,9 +155,13 @@ int run_bench_loader(const BenchLoaderArgs& a) {
 
   // The order training visits (data.sampler), or evaluation's sequential one.
   const uint64_t sampler_seed = derive_seed(static_cast<uint64_t>(run_seed), RngStream::kSampler);
+  data::SamplerBuild order{pipeline->size(), sampler_seed, {}};
+  order.batch = a.batch_size;
+  order.shard_counts = pipeline->shard_counts();
+  order.remote = data::is_remote_path(a.data);
   const std::shared_ptr<const data::Sampler> sampler =
       a.eval ? std::make_shared<const data::DistributedSampler>(pipeline->size(), /*shuffle=*/false, sampler_seed)
-             : data::make_training_sampler(config, {pipeline->size(), sampler_seed, {}});
+             : data::make_training_sampler(config, order);
   auto make_loader = [&] {
     return std::make_unique<data::Loader>(pipeline, sampler, data::loader_options(config, a.batch_size, threads));
   };
@@ -216,7 +220,7 @@ int run_bench_loader(const BenchLoaderArgs& a) {
 }
 
 int run_pack(const PackArgs& a) {
-  auto source = data::open_samples(a.src);
+  auto source = data::open_data_path(a.src, data::DataConfig{}, false);
   if (a.lmdb) {
     data::write_lmdb(*source, a.dst);
     log_info("{} → {} (LMDB): {} samples", a.src, a.dst, source->size());

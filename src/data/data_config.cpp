@@ -50,9 +50,10 @@ void bind_data_config(DataConfig& c, ConfigSchema& s) {
         "proportion); more than there are is an error")
       .non_negative();
   s.add("data", "sampler", &c.sampler,
-        "the training order: distributed (PyTorch's DistributedSampler, X1) or repeated (torchvision's RASampler: "
+        "the training order: distributed (PyTorch's DistributedSampler, X1); repeated (torchvision's RASampler: "
         "repeated augmentation, data.repeats copies of each sample, floor(n // 256 * 256 / world) samples a rank "
-        "an epoch)")
+        "an epoch); global (one order at any world size, shuffled in windows of shards: elastic resume, streaming); "
+        "auto: global for remote data, else distributed")
       .choices(sampler_registry().names());
   s.add("data", "mean", &c.mean, "per-channel mean for normalisation, in mean_std_range units");
   s.add("data", "std", &c.std, "per-channel std for normalisation, in mean_std_range units").positive();
@@ -63,6 +64,23 @@ void bind_data_config(DataConfig& c, ConfigSchema& s) {
   s.add("data", "threads", &c.threads, "loader threads (0 = chosen: one per two cores for idx, measured for images)")
       .non_negative();
   s.add("data", "prefetch", &c.prefetch, "batches prepared ahead of training (bounds memory)").min(1);
+  s.add("data", "cache_dir", &c.cache_dir,
+        "remote data: the node's shard cache folder, shared by its ranks (\"\" = ~/.cache/crucible/shards)");
+  s.add("data", "cache_bytes", &c.cache_bytes,
+        "remote data: the shard cache's size in bytes, never exceeded (least recently used shards are evicted)")
+      .min(1);
+  s.add("data", "s3_endpoint", &c.s3_endpoint,
+        "s3:// data from an S3-compatible store (MinIO, Ceph, R2, GCS): http(s)://host[:port], path-style; \"\" = AWS");
+  s.add("data", "s3_region", &c.s3_region, "s3:// data: the region signed for (\"\" = AWS_REGION, else us-east-1)");
+  s.add("data", "remote_tries", &c.remote_tries,
+        "remote data: attempts per request (5xx, timeouts, resets, truncated bodies) before the run stops").min(1);
+  s.add("data", "remote_timeout", &c.remote_timeout, "remote data: seconds without a byte before a request is retried")
+      .positive();
+  s.add("data", "io_threads", &c.io_threads,
+        "remote data: shards downloaded at once (range requests in parallel), apart from the decode threads").min(1);
+  s.add("data", "remote_part_bytes", &c.remote_part_bytes,
+        "remote data: the size of the range requests a shard is downloaded in, data.io_threads of them at once")
+      .min(1);
   declare_data_piece_settings(c, s);  // the pieces' own keys, declared in their files
 }
 

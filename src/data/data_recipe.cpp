@@ -4,6 +4,7 @@
 
 #include "crucible/core/config.h"
 #include "crucible/data/augment.h"
+#include "crucible/data/global_sampler.h"
 #include "crucible/data/random_solarize.h"
 #include "crucible/data/repeated_sampler.h"
 
@@ -18,6 +19,19 @@ std::shared_ptr<const Sampler> make_repeated_sampler(const RepeatedSamplerOption
 // data.sampler = "distributed": PyTorch's DistributedSampler(shuffle=True).
 std::shared_ptr<const Sampler> make_distributed_sampler(const DataConfig&, const SamplerBuild& b) {
   return std::make_shared<DistributedSampler>(b.size, /*shuffle=*/true, b.seed, b.shard);
+}
+
+// data.sampler = "global": one order at any world size, shuffled in windows of shards.
+std::shared_ptr<const Sampler> make_global_sampler(const GlobalOrderOptions& o, const SamplerBuild& b) {
+  return std::make_shared<GlobalOrderSampler>(b.size, b.shard_counts, o.shuffle_window, /*shuffle=*/true, b.seed,
+                                              b.batch, b.shard);
+}
+
+// data.sampler = "auto": "global" for remote data (a bounded cache needs its windows), else
+// "distributed" (X1: PyTorch's order).
+std::shared_ptr<const Sampler> make_auto_sampler(const DataConfig& c, const SamplerBuild& b) {
+  if (b.remote) return make_global_sampler(c.pieces.get<GlobalOrderOptions>("global"), b);
+  return make_distributed_sampler(c, b);
 }
 
 }  // namespace
@@ -43,6 +57,9 @@ const Registry<SamplerPiece>& sampler_registry() {
           {nullptr, make_distributed_sampler});
     r.add("repeated", "torchvision's RASampler: repeated augmentation, data.repeats copies of each sample (DeiT)",
           sampler_piece<RepeatedSamplerOptions>("repeated", make_repeated_sampler));
+    r.add("global", "one order at any world size (elastic resume), shuffled in windows of data.shuffle_window shards",
+          sampler_piece<GlobalOrderOptions>("global", make_global_sampler));
+    r.add("auto", "\"global\" for remote data (s3://, http(s)://), else \"distributed\"", {nullptr, make_auto_sampler});
     return r;
   }();
   return registry;

@@ -11,6 +11,8 @@
 #include "crucible/data/sample_source.h"
 #include "crucible/data/source.h"
 #include "crucible/data/data_recipe.h"
+#include "crucible/data/global_sampler.h"
+#include "crucible/data/remote_source.h"
 
 namespace crucible::data {
 namespace {
@@ -120,7 +122,7 @@ DataSetup make_test_data(const DataConfig& c) {
   } else {
     if (c.test_path.empty()) throw bad_input("data.dataset = \"images\" needs data.test_path (the samples to evaluate)");
     std::shared_ptr<const data::SampleSource> test =
-        take_samples(data::open_samples(c.test_path), c.test_samples, "data.test_samples", c.test_path);
+        take_samples(open_data_path(c.test_path, c, false), c.test_samples, "data.test_samples", c.test_path);
     d.num_classes = static_cast<int64_t>(test->classes().size());
     d.test = image_pipeline(test, c, 0, false);
   }
@@ -129,6 +131,37 @@ DataSetup make_test_data(const DataConfig& c) {
 }
 
 }  // namespace
+
+RemoteSourceOptions remote_source_options(const DataConfig& c, bool train) {
+  RemoteSourceOptions o;
+  o.remote.s3_endpoint = c.s3_endpoint;
+  o.remote.s3_region = c.s3_region;
+  o.remote.tries = static_cast<int>(c.remote_tries);
+  o.remote.timeout_s = c.remote_timeout;
+  o.remote.connections = static_cast<int>(c.io_threads);
+  o.remote.part_bytes = c.remote_part_bytes;
+  o.remote.env = [](const char* name) -> const char* { return std::getenv(name); };
+  o.cache_dir = c.cache_dir;
+  if (o.cache_dir.empty()) {
+    const char* xdg = std::getenv("XDG_CACHE_HOME");
+    const char* home = std::getenv("HOME");
+    o.cache_dir = (xdg != nullptr && *xdg != 0) ? std::string(xdg) : std::string(home != nullptr ? home : "/tmp") + "/.cache";
+    o.cache_dir += "/crucible/shards";
+  }
+  o.cache_bytes = c.cache_bytes;
+  o.io_threads = static_cast<int>(c.io_threads);
+  // The global order reads a window of shards at a time: keep it pinned, plus what the I/O
+  // threads fetch of the next.
+  const bool global = c.sampler == "global" || c.sampler == "auto";
+  const int64_t window = c.pieces.get<GlobalOrderOptions>("global").shuffle_window;
+  o.ahead_shards = static_cast<int>(train && global && window > 0 ? window + c.io_threads : c.io_threads + 1);
+  return o;
+}
+
+std::unique_ptr<SampleSource> open_data_path(const std::string& path, const DataConfig& c, bool train) {
+  if (is_remote_path(path)) return open_remote_samples(path, remote_source_options(c, train));
+  return open_samples(path);
+}
 
 DataSetup make_data(const DataConfig& c, uint64_t augment_seed, bool test_only) {
   if (test_only) return make_test_data(c);
@@ -151,8 +184,8 @@ DataSetup make_data(const DataConfig& c, uint64_t augment_seed, bool test_only) 
   if (c.train_path.empty() || c.test_path.empty()) {
     throw bad_input("data.dataset = \"images\" needs data.train_path and data.test_path");
   }
-  std::shared_ptr<const data::SampleSource> train = data::open_samples(c.train_path);
-  std::shared_ptr<const data::SampleSource> test = data::open_samples(c.test_path);
+  std::shared_ptr<const data::SampleSource> train = open_data_path(c.train_path, c, true);
+  std::shared_ptr<const data::SampleSource> test = open_data_path(c.test_path, c, false);
   if (train->size() == 0) throw bad_input("{}: no samples", c.train_path);
   train = take_samples(std::move(train), c.train_samples, "data.train_samples", c.train_path);
   test = take_samples(std::move(test), c.test_samples, "data.test_samples", c.test_path);
@@ -173,7 +206,7 @@ std::shared_ptr<const data::SamplePipeline> make_pipeline_for_path(const std::st
     return std::make_shared<data::ArrayPipeline>(
         src, train ? training_transforms(c, src->spec()) : data::SampleTransforms{}, augment_seed);
   }
-  return image_pipeline(take_samples(data::open_samples(path), n, key, path), c, augment_seed, train);
+  return image_pipeline(take_samples(open_data_path(path, c, train), n, key, path), c, augment_seed, train);
 }
 
 data::LoaderOptions loader_options(const DataConfig& c, int64_t batch_size, int threads) {

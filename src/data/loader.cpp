@@ -161,6 +161,9 @@ void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
   copies_ = std::move(copies);
   next_schedule_ = std::clamp<int64_t>(first_batch, 0, batches_per_epoch());
   next_return_ = next_schedule_;
+  const auto from = static_cast<size_t>(std::min<int64_t>(next_schedule_ * options_.batch_size,
+                                                          static_cast<int64_t>(order_->size())));
+  pipeline_->plan(std::vector<int64_t>(order_->begin() + static_cast<std::ptrdiff_t>(from), order_->end()));
   schedule_locked();
 }
 
@@ -316,6 +319,10 @@ namespace {
 // worker has started (a worker the scheduler starts late must not count as a slow one).
 double measure_rate(const SamplePipeline& pipeline, int threads, std::chrono::milliseconds window) {
   const size_t bytes = static_cast<size_t>(pipeline.output_spec().bytes());
+  // A sharded source's first shard only: decoding costs the same in every shard, and a remote
+  // source then fetches one shard for the measurement, not every shard over and over.
+  const std::vector<int64_t> shards = pipeline.shard_counts();
+  const int64_t span = !shards.empty() && shards[0] > 0 ? shards[0] : pipeline.size();
   std::atomic<int64_t> next{0}, done{0};
   std::atomic<int> started{0};
   std::atomic<bool> go{false};
@@ -327,7 +334,7 @@ double measure_rate(const SamplePipeline& pipeline, int threads, std::chrono::mi
       ++started;
       while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
       while (std::chrono::steady_clock::now() < stop) {
-        const int64_t i = next.fetch_add(1) % pipeline.size();
+        const int64_t i = next.fetch_add(1) % span;
         try {
           pipeline.produce(i, 0, dst.data());
         } catch (const Error&) {

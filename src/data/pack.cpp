@@ -20,6 +20,7 @@
 #include "crucible/core/byte_order.h"
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
+#include "crucible/core/sha256.h"
 #include "crucible/core/thread_pool.h"
 #include "crucible/data/decode.h"
 #include "crucible/data/pack_format.h"
@@ -213,6 +214,7 @@ class ShardFiles {
     s.tmp = s.path + ".tmp-" + std::to_string(::getpid());
     fd_ = ::open(s.tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) throw runtime_error("cannot create {}: {}", s.tmp, errno_text(errno));
+    s.sha256 = std::make_shared<Sha256>();
     shards_.push_back(std::move(s));
     offset_ = 0;
   }
@@ -223,6 +225,7 @@ class ShardFiles {
 
   void write(const void* data, size_t size) {
     write_all(fd_, data, size, shards_.back().tmp);
+    shards_.back().sha256->update(data, size);
     offset_ += size;
   }
 
@@ -231,6 +234,8 @@ class ShardFiles {
     const int fd = fd_;
     fd_ = -1;
     if (::close(fd) != 0) throw runtime_error("cannot close {}: {}", shards_.back().tmp, errno_text(errno));
+    shards_.back().bytes = offset_;
+    shards_.back().digest = shards_.back().sha256->hex_digest();
   }
 
   // fsync + rename every shard into place; the caller writes the index afterwards.
@@ -245,6 +250,17 @@ class ShardFiles {
     for (const auto& s : shards_) out.push_back(s.name);
     return out;
   }
+  // Each shard's size and SHA-256: what a reader that fetched a shard checks it against.
+  std::vector<uint64_t> sizes() const {
+    std::vector<uint64_t> out;
+    for (const auto& s : shards_) out.push_back(s.bytes);
+    return out;
+  }
+  std::vector<std::string> digests() const {
+    std::vector<std::string> out;
+    for (const auto& s : shards_) out.push_back(s.digest);
+    return out;
+  }
   std::vector<std::string> paths() const {
     std::vector<std::string> out;
     for (const auto& s : shards_) out.push_back(s.path);
@@ -254,6 +270,9 @@ class ShardFiles {
  private:
   struct Shard {
     std::string name, path, tmp;
+    std::shared_ptr<Sha256> sha256;
+    uint64_t bytes = 0;
+    std::string digest;
   };
   std::string dir_;
   std::vector<Shard> shards_;
@@ -352,6 +371,9 @@ PackReport pack_samples(const SampleSource& source, const std::string& dst, cons
                            {"shards", shards.names()}, {"align", options.align},      {"mode", mode_name(options.mode)}};
   if (options.mode != PackOptions::Mode::kOriginal) header["max_side"] = options.max_side;
   if (options.mode == PackOptions::Mode::kReencode) header["quality"] = options.quality;
+  shards.close_current();
+  header["shard_bytes"] = shards.sizes();
+  header["shard_sha256"] = shards.digests();
   const std::string json = header.dump();
   std::string index = pack_format::header_prefix(json.size());
   index += json;

@@ -24,6 +24,7 @@
 #include "crucible/core/file.h"
 #include "crucible/core/mmap.h"
 #include "crucible/data/pack_format.h"
+#include "crucible/data/shard_index.h"
 
 namespace crucible::data {
 namespace {
@@ -190,17 +191,8 @@ class ImageFolderSource final : public SampleSource {
 
 // ---- tar shards ---------------------------------------------------------------------------
 
-struct TarSample {
-  uint64_t offset = 0;  // of the image member's bytes in the shard
-  uint64_t size = 0;
-  int64_t label = -1;
-  std::string key;
-};
-
-struct TarIndex {
-  std::vector<TarSample> samples;
-  uint64_t skipped = 0;  // groups without an image member
-};
+using TarSample = TarMember;
+using TarIndex = TarShardIndex;
 
 constexpr size_t kBlock = 512;
 
@@ -296,9 +288,7 @@ int64_t parse_label(const uint8_t* p, uint64_t n, const std::string& shard, cons
 
 // Walks the 512-byte headers of a mapped tar shard with bounds checks and groups members into
 // WebDataset samples (key = directory + base name up to its first '.').
-TarIndex index_tar(const MappedFile& file, const std::string& shard) {
-  const uint8_t* data = file.data();
-  const uint64_t size = file.size();
+TarIndex index_tar(const uint8_t* data, uint64_t size, const std::string& shard) {
   TarIndex index;
 
   bool open_group = false;
@@ -440,19 +430,13 @@ std::string encode_tar_index(const TarIndex& index, uint64_t shard_size, int64_t
   return out;
 }
 
-// The sidecar index when it exists, is intact and matches the shard; otherwise false.
-bool read_tar_index(const std::string& path, uint64_t shard_size, int64_t mtime_ns, TarIndex* index) {
-  std::string raw;
-  try {
-    raw = read_file(path);
-  } catch (const Error&) {
-    return false;
-  }
+// A sidecar's index and the size and mtime of the shard it describes; false when damaged.
+bool decode_tar_index(const std::string& raw, TarIndex* index, uint64_t* shard_size, int64_t* mtime_ns) {
   const auto* p = reinterpret_cast<const uint8_t*>(raw.data());
   const size_t n = raw.size();
   if (n < 44 || std::memcmp(p, kTarIndexMagic, 8) != 0) return false;
   if (crc32(0, p, static_cast<uInt>(n - 4)) != load_le32(p + n - 4)) return false;
-  if (load_le64(p + 8) != shard_size || static_cast<int64_t>(load_le64(p + 16)) != mtime_ns) return false;
+  const uint64_t size = load_le64(p + 8);
   TarIndex out;
   out.skipped = load_le64(p + 24);
   const uint64_t count = load_le64(p + 32);
@@ -468,14 +452,46 @@ bool read_tar_index(const std::string& path, uint64_t shard_size, int64_t mtime_
     s.label = static_cast<int64_t>(load_le64(p + at + 16));
     const uint32_t key_len = load_le32(p + at + 24);
     at += 28;
-    if (key_len > end - at || s.offset > shard_size || s.size > shard_size - s.offset || s.label < -1) return false;
+    if (key_len > end - at || s.offset > size || s.size > size - s.offset || s.label < -1) return false;
     s.key.assign(reinterpret_cast<const char*>(p + at), key_len);
     at += key_len;
     out.samples.push_back(std::move(s));
   }
   if (at != end) return false;
   *index = std::move(out);
+  *shard_size = size;
+  *mtime_ns = static_cast<int64_t>(load_le64(p + 16));
   return true;
+}
+
+// The sidecar index when it exists, is intact and matches the shard; otherwise false.
+bool read_tar_index(const std::string& path, uint64_t shard_size, int64_t mtime_ns, TarIndex* index) {
+  std::string raw;
+  try {
+    raw = read_file(path);
+  } catch (const Error&) {
+    return false;
+  }
+  TarIndex out;
+  uint64_t size = 0;
+  int64_t mtime = 0;
+  if (!decode_tar_index(raw, &out, &size, &mtime) || size != shard_size || mtime != mtime_ns) return false;
+  *index = std::move(out);
+  return true;
+}
+
+// Samples per shard when each shard's records are contiguous and in shard order (what the
+// writers make); empty otherwise.
+template <typename Records>
+std::vector<int64_t> contiguous_shard_counts(const Records& records, size_t shards) {
+  std::vector<int64_t> out(shards, 0);
+  uint32_t last = 0;
+  for (const auto& r : records) {
+    if (r.shard < last) return {};
+    last = r.shard;
+    ++out[r.shard];
+  }
+  return out;
 }
 
 class TarShardSource final : public SampleSource {
@@ -495,7 +511,7 @@ class TarShardSource final : public SampleSource {
           read_tar_index(idx_path, file->size(), mtime_ns, &index)) {
         ++indexes_read_;
       } else {
-        index = index_tar(*file, shard);
+        index = index_tar(file->data(), file->size(), shard);
         ++indexes_built_;
         try {
           write_file_atomic(idx_path, encode_tar_index(index, file->size(), mtime_ns));
@@ -521,6 +537,7 @@ class TarShardSource final : public SampleSource {
   }
 
   const std::vector<std::string>& classes() const override { return classes_; }
+  std::vector<int64_t> shard_counts() const override { return contiguous_shard_counts(records_, files_.size()); }
 
   std::string describe() const override {
     return fmt::format("{} tar shard{} ({}{}): {} samples, {} skipped without an image; offset indexes: {} read from "
@@ -691,51 +708,13 @@ class PackedSource final : public SampleSource {
     std::error_code ec;
     if (fs::is_directory(index_path_, ec)) index_path_ += "/index.crpk";
     const std::string& ip = index_path_;
-    const std::string raw = read_file(ip);  // bad_input when missing
-    const auto* p = reinterpret_cast<const uint8_t*>(raw.data());
-    if (raw.size() < pack_format::kHeaderPrefixBytes || !pack_format::has_magic(p, raw.size())) {
-      throw bad_input("{}: expected a packed index starting with \"CRPKIDX1\" and a u64 length, found \"{}\" ({} bytes)",
-                      ip, printable(p, std::min<size_t>(raw.size(), 8)), raw.size());
-    }
-    const uint64_t json_len = load_le64(p + 8);
-    if (json_len > raw.size() - 16) {
-      throw bad_input("{}: the JSON header claims {} bytes but only {} follow", ip, json_len, raw.size() - 16);
-    }
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(raw.data() + 16, raw.data() + 16 + json_len);
-    } catch (const nlohmann::json::exception& e) {
-      throw bad_input("{}: the JSON header does not parse: {}", ip, e.what());
-    }
-    int64_t samples = 0;
-    try {
-      if (!j.is_object()) throw bad_input("{}: the JSON header should be an object", ip);
-      const int version = j.at("version").get<int>();
-      if (version != pack_format::kVersion) {
-        throw bad_input("{}: expected version {}, found {}", ip, pack_format::kVersion, version);
-      }
-      classes_ = j.at("classes").get<std::vector<std::string>>();
-      samples = j.at("samples").get<int64_t>();
-      shard_names_ = j.at("shards").get<std::vector<std::string>>();
-      align_ = j.at("align").get<int64_t>();
-      mode_ = j.at("mode").get<std::string>();
-    } catch (const nlohmann::json::exception& e) {
-      throw bad_input("{}: the JSON header needs version, classes, samples, shards, align and mode: {}", ip, e.what());
-    }
-    if (samples < 0) throw bad_input("{}: negative sample count {}", ip, samples);
-    if (align_ < 1 || (align_ & (align_ - 1)) != 0) {
-      throw bad_input("{}: align should be a power of two, found {}", ip, align_);
-    }
-    const uint64_t rest = raw.size() - 16 - json_len;
-    if (rest % kPackRecordBytes != 0 || rest / kPackRecordBytes != static_cast<uint64_t>(samples)) {
-      throw bad_input("{}: the header says {} samples ({} bytes of 24-byte records) but {} bytes follow the JSON header",
-                      ip, samples, static_cast<uint64_t>(samples) * kPackRecordBytes, rest);
-    }
+    PackedIndex index = parse_packed_index(read_file(ip), ip);  // bad_input when missing or damaged
+    classes_ = std::move(index.classes);
+    shard_names_ = std::move(index.shards);
+    align_ = index.align;
+    mode_ = std::move(index.mode);
     const std::string dir = fs::path(ip).parent_path().string();
     for (const auto& name : shard_names_) {
-      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
-        throw bad_input("{}: shard name \"{}\" should be a file name beside the index", ip, name);
-      }
       const std::string path = (dir.empty() ? name : dir + "/" + name);
       struct stat st {};
       if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -744,28 +723,19 @@ class PackedSource final : public SampleSource {
       shards_.push_back(MappedFile::open(path));
       shard_paths_.push_back(path);
     }
-    records_.resize(static_cast<size_t>(samples));
-    const uint8_t* r = p + 16 + json_len;
-    for (int64_t i = 0; i < samples; ++i, r += kPackRecordBytes) {
-      Record& rec = records_[static_cast<size_t>(i)];
-      const pack_format::Record f = pack_format::load_record(r);
+    records_.resize(index.records.size());
+    for (size_t i = 0; i < index.records.size(); ++i) {
+      Record& rec = records_[i];
+      const pack_format::Record& f = index.records[i];
       rec.shard = f.shard;
       rec.size = f.size;
       rec.offset = f.offset;
       rec.label = f.label;
-      if (rec.shard >= shards_.size()) {
-        throw bad_input("{}: sample {} names shard {} but the index lists {} shards", ip, i, rec.shard, shards_.size());
-      }
       const uint64_t shard_size = shards_[rec.shard]->size();
       if (rec.offset > shard_size || rec.size > shard_size - rec.offset) {
         throw bad_input("{}: sample {} lies at bytes [{}, {}) of {} but the shard holds {} bytes", ip, i, rec.offset,
                         rec.offset + rec.size, shard_paths_[rec.shard], shard_size);
       }
-      if (rec.offset % static_cast<uint64_t>(align_) != 0) {
-        throw bad_input("{}: sample {} starts at byte {} of {}, not a multiple of align {}", ip, i, rec.offset,
-                        shard_paths_[rec.shard], align_);
-      }
-      if (rec.label < -1) throw bad_input("{}: sample {} has label {} (expected >= -1)", ip, i, rec.label);
     }
   }
 
@@ -778,6 +748,7 @@ class PackedSource final : public SampleSource {
   }
 
   const std::vector<std::string>& classes() const override { return classes_; }
+  std::vector<int64_t> shard_counts() const override { return contiguous_shard_counts(records_, shards_.size()); }
   std::string describe() const override {
     return fmt::format("packed {}: {} samples in {} shards (mode {}, align {})", index_path_, records_.size(),
                        shards_.size(), mode_, align_);
@@ -814,6 +785,25 @@ class EvenSubset final : public SampleSource {
   std::string describe() const override { return fmt::format("{} evenly spaced samples of {}", n_, base_->describe()); }
   int files_held() const override { return base_->files_held(); }
   int files_per_read() const override { return base_->files_per_read(); }
+  std::vector<int64_t> shard_counts() const override {
+    const std::vector<int64_t> base = base_->shard_counts();
+    if (base.empty()) return {};
+    std::vector<int64_t> out(base.size(), 0);
+    size_t shard = 0;
+    int64_t end = base[0];
+    for (int64_t i = 0; i < n_; ++i) {  // base indices grow with i
+      const int64_t b = base_index(i);
+      while (b >= end) end += base[++shard];
+      ++out[shard];
+    }
+    return out;
+  }
+  void plan(const std::vector<int64_t>& upcoming) const override {
+    std::vector<int64_t> mapped(upcoming.size());
+    for (size_t k = 0; k < upcoming.size(); ++k) mapped[k] = base_index(upcoming[k]);
+    base_->plan(mapped);
+  }
+  bool remote_io(RemoteIo* out) const override { return base_->remote_io(out); }
 
  private:
   // i × size / n without overflow for any size an index can hold (i < n ≤ size < 2^63).
@@ -906,6 +896,93 @@ constexpr const char* kAccepted =
 
 }  // namespace
 
+TarShardIndex index_tar_bytes(const uint8_t* data, uint64_t size, const std::string& shard) {
+  return index_tar(data, size, shard);
+}
+
+bool decode_tar_sidecar(const std::string& raw, TarShardIndex* index, uint64_t* shard_size, int64_t* mtime_ns) {
+  return decode_tar_index(raw, index, shard_size, mtime_ns);
+}
+
+std::string encode_tar_sidecar(const TarShardIndex& index, uint64_t shard_size, int64_t mtime_ns) {
+  return encode_tar_index(index, shard_size, mtime_ns);
+}
+
+PackedIndex parse_packed_index(const std::string& raw, const std::string& ip) {
+  const auto* p = reinterpret_cast<const uint8_t*>(raw.data());
+  if (raw.size() < pack_format::kHeaderPrefixBytes || !pack_format::has_magic(p, raw.size())) {
+    throw bad_input("{}: expected a packed index starting with \"CRPKIDX1\" and a u64 length, found \"{}\" ({} bytes)",
+                    ip, printable(p, std::min<size_t>(raw.size(), 8)), raw.size());
+  }
+  const uint64_t json_len = load_le64(p + 8);
+  if (json_len > raw.size() - 16) {
+    throw bad_input("{}: the JSON header claims {} bytes but only {} follow", ip, json_len, raw.size() - 16);
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(raw.data() + 16, raw.data() + 16 + json_len);
+  } catch (const nlohmann::json::exception& e) {
+    throw bad_input("{}: the JSON header does not parse: {}", ip, e.what());
+  }
+  PackedIndex out;
+  int64_t samples = 0;
+  try {
+    if (!j.is_object()) throw bad_input("{}: the JSON header should be an object", ip);
+    const int version = j.at("version").get<int>();
+    if (version != pack_format::kVersion) {
+      throw bad_input("{}: expected version {}, found {}", ip, pack_format::kVersion, version);
+    }
+    out.classes = j.at("classes").get<std::vector<std::string>>();
+    samples = j.at("samples").get<int64_t>();
+    out.shards = j.at("shards").get<std::vector<std::string>>();
+    out.align = j.at("align").get<int64_t>();
+    out.mode = j.at("mode").get<std::string>();
+    if (j.contains("shard_bytes")) out.shard_bytes = j.at("shard_bytes").get<std::vector<uint64_t>>();
+    if (j.contains("shard_sha256")) out.shard_sha256 = j.at("shard_sha256").get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw bad_input("{}: the JSON header needs version, classes, samples, shards, align and mode: {}", ip, e.what());
+  }
+  if (samples < 0) throw bad_input("{}: negative sample count {}", ip, samples);
+  if (out.align < 1 || (out.align & (out.align - 1)) != 0) {
+    throw bad_input("{}: align should be a power of two, found {}", ip, out.align);
+  }
+  if ((!out.shard_bytes.empty() && out.shard_bytes.size() != out.shards.size()) ||
+      (!out.shard_sha256.empty() && out.shard_sha256.size() != out.shards.size())) {
+    throw bad_input("{}: the header lists {} shards but {} sizes and {} checksums", ip, out.shards.size(),
+                    out.shard_bytes.size(), out.shard_sha256.size());
+  }
+  const uint64_t rest = raw.size() - 16 - json_len;
+  if (rest % kPackRecordBytes != 0 || rest / kPackRecordBytes != static_cast<uint64_t>(samples)) {
+    throw bad_input("{}: the header says {} samples ({} bytes of 24-byte records) but {} bytes follow the JSON header",
+                    ip, samples, static_cast<uint64_t>(samples) * kPackRecordBytes, rest);
+  }
+  for (const auto& name : out.shards) {
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      throw bad_input("{}: shard name \"{}\" should be a file name beside the index", ip, name);
+    }
+  }
+  out.records.resize(static_cast<size_t>(samples));
+  const uint8_t* r = p + 16 + json_len;
+  for (int64_t i = 0; i < samples; ++i, r += kPackRecordBytes) {
+    const pack_format::Record rec = pack_format::load_record(r);
+    if (rec.shard >= out.shards.size()) {
+      throw bad_input("{}: sample {} names shard {} but the index lists {} shards", ip, i, rec.shard, out.shards.size());
+    }
+    if (!out.shard_bytes.empty() && (rec.offset > out.shard_bytes[rec.shard] ||
+                                     rec.size > out.shard_bytes[rec.shard] - rec.offset)) {
+      throw bad_input("{}: sample {} lies at bytes [{}, {}) of {} but the index gives that shard {} bytes", ip, i,
+                      rec.offset, rec.offset + rec.size, out.shards[rec.shard], out.shard_bytes[rec.shard]);
+    }
+    if (rec.offset % static_cast<uint64_t>(out.align) != 0) {
+      throw bad_input("{}: sample {} starts at byte {} of {}, not a multiple of align {}", ip, i, rec.offset,
+                      out.shards[rec.shard], out.align);
+    }
+    if (rec.label < -1) throw bad_input("{}: sample {} has label {} (expected >= -1)", ip, i, rec.label);
+    out.records[static_cast<size_t>(i)] = rec;
+  }
+  return out;
+}
+
 std::unique_ptr<SampleSource> open_image_folder(const std::string& root) {
   return std::make_unique<ImageFolderSource>(root);
 }
@@ -929,16 +1006,28 @@ std::unique_ptr<SampleSource> subset_evenly(std::shared_ptr<const SampleSource> 
   return std::make_unique<EvenSubset>(std::move(base), n);
 }
 
+std::string RemoteIo::line() const {
+  return fmt::format("remote: {} requests ({} retries), {:.1f} MB; shard cache {}: {} downloads, {} hits, {} evictions, "
+                     "{} failed checks, {:.1f} of {:.1f} MB used",
+                     requests, retries, static_cast<double>(bytes) / 1e6, cache_dir, downloads, hits, evictions,
+                     failed_checks, static_cast<double>(cache_used_bytes) / 1e6,
+                     static_cast<double>(cache_max_bytes) / 1e6);
+}
+
+std::vector<std::string> expand_shard_list(const std::string& list) {
+  std::vector<std::string> shards;
+  for (const auto& part : split_top_level(list)) {
+    if (!part.empty()) expand_braces(part, &shards);
+  }
+  return shards;
+}
+
 std::unique_ptr<SampleSource> open_samples(const std::string& path) {
   if (path.empty()) throw bad_input("empty data path; {}", kAccepted);
   std::error_code ec;
   const bool exists = fs::exists(path, ec);
   if (!exists && (path.find(',') != std::string::npos || path.find('{') != std::string::npos)) {
-    std::vector<std::string> shards;
-    for (const auto& part : split_top_level(path)) {
-      if (!part.empty()) expand_braces(part, &shards);
-    }
-    return open_tar_shards(shards);
+    return open_tar_shards(expand_shard_list(path));
   }
   if (!exists) throw bad_input("data path {} does not exist; {}", path, kAccepted);
   if (fs::is_directory(path, ec)) {

@@ -123,9 +123,12 @@ void assemble_data(Job& job, const StoredChoices& stored) {
     log_warn("{}={}: every training sample takes {} ms longer to load (test seam)", testing::kSampleDelayEnv, ms, ms);
   }
   const data::Sampler::Shard shard{job.world.size, job.world.rank, /*drop_last=*/false};
-  job.train_loader = std::make_unique<data::Loader>(
-      ds.train, data::make_training_sampler(c.data, {ds.train->size(), derive_seed(seed, RngStream::kSampler), shard}),
-      train_options);
+  data::SamplerBuild order{ds.train->size(), derive_seed(seed, RngStream::kSampler), shard};
+  order.batch = c.train.batch_size;
+  order.shard_counts = ds.train->shard_counts();
+  order.remote = data::is_remote_path(c.data.train_path) && c.data.dataset == data::DataConfig::Dataset::kImages;
+  job.train_loader =
+      std::make_unique<data::Loader>(ds.train, data::make_training_sampler(c.data, order), train_options);
   job.test_loader = std::make_unique<data::Loader>(
       ds.test, data::DistributedSampler(ds.test->size(), /*shuffle=*/false, 0, shard), test_options);
   log_info("train order: {}", job.train_loader->sampler().describe());
@@ -417,6 +420,17 @@ std::unique_ptr<Job> join_job(JobConfig config) {
   if (c.train.sync_debug) compat::enable_sync_debug();
   job->determinism_env = compat::set_deterministic(c.train.deterministic);
   job->device = compat::resolve_device(c.train.device);
+  if (const int64_t g = c.train.global_batch_size; g > 0) {  // before the run folder compares configs
+    const int64_t ranks = job->world.size;
+    if (g % ranks != 0) {
+      throw bad_input("train.global_batch_size = {} does not split over {} ranks: use a number of ranks that divides "
+                      "it, or another global batch",
+                      g, ranks);
+    }
+    job->config.train.batch_size = g / ranks;
+    log_info("batch {} per rank: train.global_batch_size {} over {} rank(s) (train.batch_size not used)", g / ranks, g,
+             ranks);
+  }
   if (!job->world.launched) return job;
   if (job->device.is_cuda()) {
     distributed::check_devices(job->world, compat::cuda_device_count());

@@ -134,7 +134,12 @@ void bind_schedule_loss(JobConfig& j, ConfigSchema& s, const RegisteredNames& na
 void bind_train(JobConfig& j, ConfigSchema& s) {
   s.add("train", "device", &j.train.device, "where to train: auto (a GPU when present), cpu, cuda or cuda:N");
   s.add("train", "epochs", &j.train.epochs, "passes over the training set").min(1);
-  s.add("train", "batch_size", &j.train.batch_size, "samples per optimizer step").min(1);
+  s.add("train", "batch_size", &j.train.batch_size, "samples per optimizer step, per rank").min(1);
+  s.add("train", "global_batch_size", &j.train.global_batch_size,
+        "samples per optimizer step over all ranks, whatever their number (0 = batch_size × ranks); each rank takes "
+        "global_batch_size / ranks, and a run resumes on any number of ranks that divides it (elastic, with "
+        "data.sampler = \"global\")")
+      .non_negative();
   s.add("train", "eval_batch_size", &j.train.eval_batch_size, "samples per evaluation batch").min(1);
   s.add_enum("train", "precision", &j.train.precision, precision_mode_names(),
              "compute precision (bf16/fp16 = autocast mixed precision; auto = bf16 where the CPU computes it in "

@@ -72,7 +72,14 @@ RunDir::RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank, 
     bind_job_config(now_job, now);
     auto a = stored.values(), b = now.values();
     std::string diffs;
+    // A fixed global batch makes the per-rank batch follow the world size: a resume on another
+    // number of ranks is the same run (elastic).
+    const bool elastic = stored_job.train.global_batch_size > 0 &&
+                         stored_job.train.global_batch_size == now_job.train.global_batch_size;
     for (size_t i = 0; i < a.size(); ++i) {
+      if (elastic && a[i].first == "train.batch_size") continue;
+      // Where the folder is, not what it holds: a run folder copied or moved elsewhere resumes.
+      if (a[i].first == "run.dir" || a[i].first == "run.name") continue;
       if (a[i].second != b[i].second && !key_is_cosmetic(a[i].first)) {
         diffs += fmt::format("\n  {}: run has {}, now {}", a[i].first, a[i].second, b[i].second);
       }

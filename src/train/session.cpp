@@ -203,6 +203,7 @@ TrainSummary Session::finish(bool trained) {
   TrainSummary summary = summarize(/*already_complete=*/false);
   write_report(job, *dir_, flags_.report_defaults_toml);
   if (job.main_rank() && !summary.bottleneck.empty()) log_info("bottleneck: {}", summary.bottleneck);
+  if (data::RemoteIo r; job.train_loader->pipeline().remote_io(&r)) log_info("training data (D11) {}", r.line());
   return summary;
 }
 

@@ -146,6 +146,16 @@ void SessionRecord::start(int64_t step, const Job& job) {
   }
 }
 
+// Remote shards (issue 37): requests, retries, the node's shard cache; null for local data.
+json remote_json(const data::SamplePipeline& p) {
+  data::RemoteIo r;
+  if (!p.remote_io(&r)) return nullptr;
+  return {{"requests", r.requests},       {"retries", r.retries},     {"bytes", r.bytes},
+          {"downloads", r.downloads},     {"cache_hits", r.hits},     {"evictions", r.evictions},
+          {"failed_checks", r.failed_checks}, {"cache_dir", r.cache_dir}, {"cache_used_bytes", r.cache_used_bytes},
+          {"cache_bytes", r.cache_max_bytes}};
+}
+
 json io_json(const Job& job, const SessionRecord& session) {
   json out = json::object();
   const data::Loader* loaders[2] = {job.train_loader.get(), job.test_loader.get()};
@@ -171,7 +181,8 @@ json io_json(const Job& job, const SessionRecord& session) {
         {"bytes_per_s", per_s(static_cast<double>(io.bytes))},
         {"read_seconds", io.read_seconds},
         {"ms_per_file", io.files > 0 ? json(1e3 * io.read_seconds / static_cast<double>(io.files)) : json(nullptr)},
-        {"cache", cache}};
+        {"cache", cache},
+        {"remote", remote_json(p)}};
   }
   return out;
 }

@@ -16,13 +16,20 @@ namespace {
 
 class TestSeamObserver final : public StepObserver {
  public:
-  TestSeamObserver(std::chrono::microseconds slow, std::FILE* trace) : slow_(slow), trace_(trace, &std::fclose) {}
+  TestSeamObserver(std::chrono::microseconds slow, std::FILE* trace, std::FILE* ledger)
+      : slow_(slow), trace_(trace, &std::fclose), ledger_(ledger, &std::fclose) {}
 
   void before_step(const DeviceBatch& batch) override {
     if (slow_.count() > 0) std::this_thread::sleep_for(slow_);  // a straggler
     if (trace_) {
       std::fprintf(trace_.get(), "%lld %lld\n", static_cast<long long>(batch.step),
                    static_cast<long long>(batch.images.size(2)));
+    }
+    if (ledger_) {  // the sample ledger: which samples each step trained on (issue 37)
+      std::fprintf(ledger_.get(), "%lld %lld", static_cast<long long>(batch.step), static_cast<long long>(batch.epoch));
+      for (int64_t id : batch.sample_ids) std::fprintf(ledger_.get(), " %lld", static_cast<long long>(id));
+      std::fputc('\n', ledger_.get());
+      std::fflush(ledger_.get());  // a killed rank's ledger ends at its last step
     }
   }
   void after_update(const StepEvent&) override {}
@@ -31,6 +38,7 @@ class TestSeamObserver final : public StepObserver {
  private:
   std::chrono::microseconds slow_;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> trace_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> ledger_;
 };
 
 }  // namespace
@@ -44,13 +52,19 @@ std::unique_ptr<StepObserver> make_test_seams(const Job& job) {
              s.slow_rank_ms);
   }
   std::FILE* trace = nullptr;
+  std::FILE* ledger = nullptr;
   if (!s.step_trace.empty() && !job.inference) {
     const std::string path = fmt::format("{}.rank{}", s.step_trace, job.world.rank);
     trace = std::fopen(path.c_str(), "a");
     if (trace == nullptr) throw runtime_error("{}={}: cannot open {}", testing::kStepTraceEnv, s.step_trace, path);
+    ledger = std::fopen((path + ".samples").c_str(), "a");
+    if (ledger == nullptr) {
+      std::fclose(trace);
+      throw runtime_error("{}={}: cannot open {}.samples", testing::kStepTraceEnv, s.step_trace, path);
+    }
   }
   if (slow.count() == 0 && trace == nullptr) return nullptr;
-  return std::make_unique<TestSeamObserver>(slow, trace);
+  return std::make_unique<TestSeamObserver>(slow, trace, ledger);
 }
 
 }  // namespace crucible::train

@@ -27,7 +27,7 @@ const data::ImageSpec kPixels{4, 5, 3, data::ColorOrder::kRGB};
 
 TEST(DataRecipe, RegistriesListTheirEntriesInChainOrder) {
   EXPECT_EQ(sample_transform_registry().names(), (std::vector<std::string>{"hflip", "augment", "solarize"}));
-  EXPECT_EQ(sampler_registry().names(), (std::vector<std::string>{"distributed", "repeated"}));
+  EXPECT_EQ(sampler_registry().names(), (std::vector<std::string>{"distributed", "repeated", "global", "auto"}));
 }
 
 TEST(DataRecipe, TheChainHoldsWhatTheConfigTurnsOn) {

@@ -40,13 +40,22 @@ struct DataConfig {
   BadSamplePolicy bad_samples = BadSamplePolicy::kFail;  // D5: fail | skip
   int64_t train_samples = 0;  // 0 = all
   int64_t test_samples = 0;   // 0 = all
-  std::string sampler = "distributed";  // the training order (data_recipe.cpp's sampler registry)
+  std::string sampler = "auto";  // the training order (data_recipe.cpp's sampler registry)
   std::vector<double> mean = {0.2860};
   std::vector<double> std = {0.3530};
   std::string mean_std_range = "unit";  // D4: the units of mean/std: "unit" (0-1) or "byte" (0-255)
   std::string mean_std_order = "RGB";   // D3: the channel order mean/std are listed in
   int64_t threads = 0;                  // loader threads; 0 = 1 per 2 cores, at least 1
   int64_t prefetch = 4;
+  // Remote data (train_path/test_path of s3://, http://, https://; remote_source.h, issue 37)
+  std::string cache_dir;                  // the node's shard cache; "" = $XDG_CACHE_HOME or ~/.cache, /crucible/shards
+  int64_t cache_bytes = int64_t{16} << 30;  // never exceeded; least recently used shards are evicted
+  std::string s3_endpoint;                // S3-compatible stores (MinIO, Ceph, R2, GCS): http(s)://host[:port]
+  std::string s3_region;                  // "" = AWS_REGION, AWS_DEFAULT_REGION, else us-east-1
+  int64_t remote_tries = 5;               // attempts per request before the run stops (exit 1)
+  double remote_timeout = 30;             // seconds without a byte before a request is retried
+  int64_t io_threads = 4;                 // shards downloaded at once, apart from the decode threads
+  int64_t remote_part_bytes = int64_t{8} << 20;  // the range requests a shard is downloaded in
   // The settings of the registered data pieces (data_recipe.h: sample transforms, samplers), each
   // declared in the piece's own file, by the piece's name.
   PieceOptions pieces;

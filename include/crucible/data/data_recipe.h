@@ -53,6 +53,9 @@ struct SamplerBuild {
   int64_t size = 0;
   uint64_t seed = 0;
   Sampler::Shard shard;
+  int64_t batch = 0;                  // the per-rank (loader) batch: the global order's steps
+  std::vector<int64_t> shard_counts;  // samples per shard (SampleSource::shard_counts); empty: unsharded
+  bool remote = false;                // the samples come from URLs (data.sampler = "auto" picks "global")
 };
 // A sampler: its settings (none for some) and its factory.
 struct SamplerPiece {

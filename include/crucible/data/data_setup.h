@@ -10,6 +10,7 @@
 
 #include "crucible/data/loader.h"
 #include "crucible/data/pipeline.h"
+#include "crucible/data/remote_source.h"
 #include "crucible/data/data_config.h"
 
 namespace crucible::data {
@@ -37,6 +38,13 @@ DataSetup make_data(const DataConfig& config, uint64_t augment_seed, bool test_o
 // either kind as in make_data (whether `train` or not).
 std::shared_ptr<const SamplePipeline> make_pipeline_for_path(const std::string& path, const DataConfig& config,
                                                                    uint64_t augment_seed, bool train);
+
+// The remote source's options from [data] (cache folder resolved, the environment's credentials;
+// the training split keeps a shuffle window of shards pinned).
+RemoteSourceOptions remote_source_options(const DataConfig& config, bool train);
+
+// open_samples, or open_remote_samples for an s3:// or http(s):// path.
+std::unique_ptr<SampleSource> open_data_path(const std::string& path, const DataConfig& config, bool train);
 
 // Loader options from `config` (threads resolved by the caller: data.threads, or chosen).
 LoaderOptions loader_options(const DataConfig& config, int64_t batch_size, int threads);

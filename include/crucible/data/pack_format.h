@@ -1,7 +1,9 @@
 // The packed-shard index format, defined once for its writer (pack.cpp) and its reader
 // (sample_source.cpp). index.crpk = magic "CRPKIDX1", u64 LE length of a JSON header
-// {"version": 1, "classes": [...], "samples": N, "shards": [...], "align": A, "mode": "..."},
-// then N records of 24 bytes, little-endian. Torch-free, header-only.
+// {"version": 1, "classes": [...], "samples": N, "shards": [...], "align": A, "mode": "...",
+// "shard_bytes": [...], "shard_sha256": [...]} (the last two since issue 37: what a reader that
+// fetched a shard checks it against; older indexes lack them), then N records of 24 bytes,
+// little-endian. Torch-free, header-only.
 #pragma once
 
 #include <cstdint>

@@ -37,6 +37,12 @@ class SamplePipeline {
   virtual std::string describe() const = 0;
   // D6: file descriptors needed with `threads` workers reading at once.
   virtual int files_needed(int threads) const { return 0; }
+  // Passed to the sample source (SampleSource::plan): the indices the loader reads next.
+  virtual void plan(const std::vector<int64_t>& upcoming) const {}
+  // SampleSource::remote_io, for the D11 report.
+  virtual bool remote_io(RemoteIo* out) const { return false; }
+  // SampleSource::shard_counts, for the global order's shuffle windows.
+  virtual std::vector<int64_t> shard_counts() const { return {}; }
   // Multi-label data (Source::target_width): targets per sample, 0 for a class index; and
   // sample `index`'s targets into `dst` ([target_width()] floats).
   virtual int64_t target_width() const { return 0; }
@@ -112,6 +118,9 @@ class ImagePipeline final : public SamplePipeline {
   int64_t produce_channels_first(int64_t index, int64_t epoch, uint8_t* dst) const override;
   std::string describe() const override;
   int files_needed(int threads) const override;
+  void plan(const std::vector<int64_t>& upcoming) const override { source_->plan(upcoming); }
+  bool remote_io(RemoteIo* out) const override { return source_->remote_io(out); }
+  std::vector<int64_t> shard_counts() const override { return source_->shard_counts(); }
   // Bytes held by the cache now.
   int64_t cached_bytes() const { return cache_used_.load(); }
   const char* cache_name() const override { return cache_mode_name(opt_.cache); }

@@ -21,6 +21,16 @@ struct EncodedSample {
   std::string name;  // file path, "shard.tar:key", LMDB key: what a report names
 };
 
+// What reading remote shards cost so far (remote_source.h): HTTP requests and retries, bytes,
+// and the node's shard cache.
+struct RemoteIo {
+  int64_t requests = 0, retries = 0, bytes = 0;
+  int64_t downloads = 0, hits = 0, evictions = 0, failed_checks = 0;
+  int64_t cache_used_bytes = 0, cache_max_bytes = 0;
+  std::string cache_dir;
+  std::string line() const;  // one line for the log
+};
+
 class SampleSource {
  public:
   virtual ~SampleSource() = default;
@@ -35,6 +45,15 @@ class SampleSource {
   // get() call; the loader checks threads × per_read + held against `ulimit -n`.
   virtual int files_held() const { return 0; }
   virtual int files_per_read() const { return 0; }
+  // Sharded sources: the number of samples in each shard, in index order (shard 0 holds indices
+  // 0 … counts[0]-1, and so on); empty when the source is not sharded. The global order's
+  // shuffle window (global_sampler.h) works in these.
+  virtual std::vector<int64_t> shard_counts() const { return {}; }
+  // The indices this process will read next, in order (the loader's epoch order from where it
+  // starts): a remote source fetches their shards ahead on its I/O threads. Replaces the last plan.
+  virtual void plan(const std::vector<int64_t>& upcoming) const {}
+  // Remote reads so far (D11), false for local data.
+  virtual bool remote_io(RemoteIo* out) const { return false; }
 };
 
 // A folder with one sub-folder per class; classes and files in sorted (byte) order, so labels
@@ -60,6 +79,10 @@ std::unique_ptr<SampleSource> open_packed(const std::string& index_path);
 // the same on every run. Forwards classes(), files_held() and files_per_read(); describe()
 // names the subset. Throws bad_input naming both numbers when n < 1 or n > base->size().
 std::unique_ptr<SampleSource> subset_evenly(std::shared_ptr<const SampleSource> base, int64_t n);
+
+// The paths a shard list names: comma-separated parts, each expanded like WebDataset's
+// braceexpand ("s3://b/train-{000000..000127}.tar"). bad_input for a malformed pattern.
+std::vector<std::string> expand_shard_list(const std::string& list);
 
 // Detects what `path` is — an image folder, an LMDB folder, a tar shard (or a comma-separated
 // list / brace pattern "train-{000000..000009}.tar"), a packed index (file or folder holding

@@ -14,7 +14,8 @@ namespace crucible::train {
 struct TestSeams {
   // CRUCIBLE_TEST_STEP_TRACE=PREFIX (M4, X8): each rank appends "<step> <input size>" for every
   // training step to PREFIX.rank<R>, and writes what its data pipelines say of themselves
-  // (describe(), the train's then the test's) to PREFIX.rank<R>.data. Empty: off.
+  // (describe(), the train's then the test's) to PREFIX.rank<R>.data, and the sample ledger —
+  // "<step> <epoch> <sample id>…" for every step — to PREFIX.rank<R>.samples. Empty: off.
   std::string step_trace;
   // CRUCIBLE_TEST_SAMPLE_DELAY_MS, CRUCIBLE_TEST_ALLREDUCE_DELAY_MS (the bottleneck verdict):
   // each training sample takes this many milliseconds longer to load (input-bound), each

@@ -34,6 +34,10 @@ struct TrainSection {
   std::string device = "auto";  // "auto" (a GPU when there is one) | "cpu" | "cuda" | "cuda:N"
   int64_t epochs = 10;
   int64_t batch_size = 256;
+  // The samples of one step over every rank, fixed whatever the world size (0: batch_size × ranks):
+  // each rank then takes global_batch_size / ranks, and a checkpoint resumes at any world size
+  // that divides it (data.sampler = "global": the same samples each step).
+  int64_t global_batch_size = 0;
   int64_t eval_batch_size = 1000;
   // fp32 | bf16 | fp16 | auto (a CPU: bf16 where it computes bf16 in hardware, else fp32; a GPU:
   // the fastest safe choice, timed)

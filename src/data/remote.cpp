@@ -1,0 +1,425 @@
+// HTTP(S) and S3 objects through libcurl (remote.h): a pool of easy handles (each keeps its
+// connections alive between requests), one retry policy for every request, S3 signing.
+#include "crucible/data/remote.h"
+
+#include <curl/curl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "crucible/core/error.h"
+#include "crucible/core/log.h"
+#include "crucible/data/s3_credentials.h"
+#include "crucible/data/s3_sign.h"
+
+namespace crucible::data {
+namespace {
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+// One request's target: what curl fetches, and what SigV4 signs (S3 only).
+struct Target {
+  std::string url;   // what curl fetches
+  bool s3 = false;
+  std::string host;  // S3: the Host header signed
+  std::string path;  // S3: the path signed, not yet encoded
+};
+
+// The XML <Code> / <Message> of an S3 error body, or the body's start.
+std::string error_detail(const std::string& body) {
+  auto tag = [&](const char* name) {
+    const std::string open = std::string("<") + name + ">", close = std::string("</") + name + ">";
+    const size_t a = body.find(open);
+    if (a == std::string::npos) return std::string();
+    const size_t b = body.find(close, a);
+    return b == std::string::npos ? std::string() : body.substr(a + open.size(), b - a - open.size());
+  };
+  const std::string code = tag("Code"), message = tag("Message");
+  if (!code.empty()) return message.empty() ? code : code + ": " + message;
+  std::string head = trim(body.substr(0, 120));
+  for (char& c : head) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return head;
+}
+
+// What one try gave.
+struct Attempt {
+  CURLcode code = CURLE_OK;
+  std::string curl_error;
+  long status = 0;
+  std::string body;
+  uint64_t content_length = 0;
+  bool has_content_length = false;
+  std::string etag;
+  uint64_t range_total = 0;  // "Content-Range: bytes a-b/total"
+  bool has_range_total = false;
+};
+
+size_t on_body(char* data, size_t size, size_t n, void* user) {
+  static_cast<Attempt*>(user)->body.append(data, size * n);
+  return size * n;
+}
+
+size_t on_header(char* data, size_t size, size_t n, void* user) {
+  auto* a = static_cast<Attempt*>(user);
+  const std::string line(data, size * n);
+  if (starts_with(line, "HTTP/")) {  // a new response (after a 100 Continue): forget the last
+    a->has_content_length = a->has_range_total = false;
+    a->etag.clear();
+    return size * n;
+  }
+  const size_t colon = line.find(':');
+  if (colon == std::string::npos) return size * n;
+  const std::string name = lower(trim(line.substr(0, colon))), value = trim(line.substr(colon + 1));
+  if (name == "content-length") {
+    a->content_length = std::strtoull(value.c_str(), nullptr, 10);
+    a->has_content_length = true;
+  } else if (name == "etag") {
+    a->etag = value;
+    a->etag.erase(std::remove(a->etag.begin(), a->etag.end(), '"'), a->etag.end());
+  } else if (name == "content-range") {
+    const size_t slash = value.rfind('/');
+    if (slash != std::string::npos && value.substr(slash + 1) != "*") {
+      a->range_total = std::strtoull(value.c_str() + slash + 1, nullptr, 10);
+      a->has_range_total = true;
+    }
+  }
+  return size * n;
+}
+
+std::string amz_date_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+double jitter01() {
+  thread_local std::mt19937_64 gen{std::random_device{}()};
+  return std::uniform_real_distribution<double>(0.0, 1.0)(gen);
+}
+
+}  // namespace
+
+bool is_remote_path(const std::string& path) {
+  return starts_with(path, "s3://") || starts_with(path, "http://") || starts_with(path, "https://");
+}
+
+std::string ObjectInfo::md5() const {
+  if (etag.size() != 32) return "";
+  for (char c : etag) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return "";
+  }
+  return lower(etag);
+}
+
+struct RemoteStore::Impl {
+  const RemoteOptions& options;
+  std::mutex mu;
+  std::vector<CURL*> idle;  // guarded by mu
+  bool have_credentials = false;  // guarded by mu
+  FoundS3Credentials credentials;  // guarded by mu
+  std::string region;
+  std::atomic<int64_t> requests{0}, retries{0}, bytes{0}, objects{0};
+
+  explicit Impl(const RemoteOptions& o) : options(o) {
+    static std::once_flag once;
+    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+    region = o.s3_region;
+    const char* names[] = {"AWS_REGION", "AWS_DEFAULT_REGION"};
+    for (const char* n : names) {
+      if (!region.empty()) break;
+      const char* v = o.env ? o.env(n) : nullptr;
+      if (v != nullptr) region = v;
+    }
+    if (region.empty()) region = "us-east-1";
+  }
+  ~Impl() {
+    for (CURL* h : idle) curl_easy_cleanup(h);
+  }
+
+  CURL* acquire() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!idle.empty()) {
+        CURL* h = idle.back();
+        idle.pop_back();
+        return h;
+      }
+    }
+    CURL* h = curl_easy_init();
+    if (h == nullptr) throw runtime_error("libcurl could not make a handle");
+    return h;
+  }
+  void release(CURL* h) {
+    curl_easy_reset(h);  // keeps the handle's live connections
+    std::lock_guard<std::mutex> lock(mu);
+    idle.push_back(h);
+  }
+
+  FoundS3Credentials creds() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!have_credentials) {
+      credentials = find_s3_credentials(options.env ? options.env : [](const char*) -> const char* { return nullptr; });
+      have_credentials = true;
+    }
+    return credentials;
+  }
+
+  Target target(const std::string& url) const {
+    Target t;
+    if (!starts_with(url, "s3://")) {
+      t.url = url;
+      return t;
+    }
+    t.s3 = true;
+    const std::string rest = url.substr(5);
+    const size_t slash = rest.find('/');
+    const std::string bucket = rest.substr(0, slash);
+    const std::string key = slash == std::string::npos ? "" : rest.substr(slash + 1);
+    if (bucket.empty()) throw bad_input("{}: expected s3://bucket/key", url);
+    std::string endpoint = options.s3_endpoint;
+    while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+    if (endpoint.empty()) {  // AWS, virtual-hosted style
+      t.host = bucket + ".s3." + region + ".amazonaws.com";
+      t.path = "/" + key;
+      t.url = "https://" + t.host + sigv4_uri_encode(t.path, true);
+      return t;
+    }
+    const size_t scheme = endpoint.find("://");
+    if (scheme == std::string::npos) {
+      throw bad_input("data.s3_endpoint {}: expected http://host[:port] or https://host[:port]", endpoint);
+    }
+    const size_t host_end = endpoint.find('/', scheme + 3);
+    t.host = endpoint.substr(scheme + 3, host_end == std::string::npos ? std::string::npos : host_end - scheme - 3);
+    const std::string base = host_end == std::string::npos ? "" : endpoint.substr(host_end);
+    t.path = base + "/" + bucket + "/" + key;  // path style: MinIO, Ceph, moto
+    t.url = endpoint.substr(0, host_end) + sigv4_uri_encode(t.path, true);
+    return t;
+  }
+
+  // One try of `method` on `t` (a range when size > 0).
+  Attempt perform(const Target& t, const char* method, uint64_t offset, uint64_t size) {
+    Attempt a;
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (size > 0) headers.emplace_back("range", "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + size - 1));
+    if (t.s3) {
+      S3Request r;
+      r.method = method;
+      r.host = t.host;
+      r.path = t.path;
+      r.headers = headers;
+      headers = sign_s3_request(r, creds().credentials, region, amz_date_now()).headers;
+      headers.erase(std::remove_if(headers.begin(), headers.end(), [](const auto& h) { return h.first == "host"; }),
+                    headers.end());  // curl sends the same Host itself
+    }
+    curl_slist* list = nullptr;
+    for (const auto& h : headers) list = curl_slist_append(list, (h.first + ": " + h.second).c_str());
+    char error[CURL_ERROR_SIZE] = {0};
+    CURL* h = acquire();
+    curl_easy_setopt(h, CURLOPT_URL, t.url.c_str());
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
+    if (std::string(method) == "HEAD") curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &a);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &a);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);  // many threads: no SIGALRM for timeouts
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.timeout_s * 1000));
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // nothing received for timeout_s: a timeout
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, std::max(1L, std::lround(options.timeout_s)));
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "crucible/" CRUCIBLE_VERSION);
+    a.code = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &a.status);
+    if (a.code != CURLE_OK) a.curl_error = error[0] != 0 ? error : curl_easy_strerror(a.code);
+    release(h);
+    curl_slist_free_all(list);
+    requests.fetch_add(1, std::memory_order_relaxed);
+    bytes.fetch_add(static_cast<int64_t>(a.body.size()), std::memory_order_relaxed);
+    return a;
+  }
+
+  // Runs `method` with the retry policy; `expect` is the body length a success must have
+  // (range reads), 0 for any. Returns the successful attempt; nullopt for 404 when `missing_ok`.
+  std::optional<Attempt> request(const std::string& url, const char* method, uint64_t offset, uint64_t size,
+                                 bool missing_ok) {
+    const Target t = target(url);
+    std::string last;
+    const int tries = std::max(1, options.tries);
+    for (int attempt = 1;; ++attempt) {
+      Attempt a = perform(t, method, offset, size);
+      const bool head = std::string(method) == "HEAD";
+      if (a.code == CURLE_OK && (a.status == 200 || a.status == 206)) {
+        const uint64_t got = a.body.size();
+        if (size > 0 && a.status == 200 && got > size) {  // Range ignored: the whole object came
+          a.body = a.body.substr(offset < got ? offset : got, size);
+          if (a.body.size() == size) return a;
+          last = fmt::format("a body of {} bytes without bytes {}-{}", got, offset, offset + size - 1);
+        } else if (size > 0 && got != size) {
+          last = fmt::format("a truncated body ({} of {} bytes)", got, size);
+        } else if (!head && a.has_content_length && got != a.content_length) {
+          last = fmt::format("a truncated body ({} of {} bytes)", got, a.content_length);
+        } else {
+          return a;
+        }
+      } else if (a.code == CURLE_OK && (a.status == 404 || a.status == 403 || a.status == 401 || a.status == 400 ||
+                                        a.status == 301 || a.status == 416)) {
+        if (a.status == 404 && missing_ok) return std::nullopt;
+        refuse(url, t, a);
+      } else if (a.code == CURLE_OK) {
+        last = fmt::format("HTTP {}{}", a.status, a.body.empty() ? "" : " (" + error_detail(a.body) + ")");
+      } else {
+        last = a.curl_error;
+      }
+      if (a.code == CURLE_OK && a.status != 0 && a.status < 500 && a.status != 429 && a.status != 200 &&
+          a.status != 206) {
+        throw runtime_error("{}: unexpected HTTP {} ({})", url, a.status, error_detail(a.body));
+      }
+      if (attempt >= tries) {
+        throw runtime_error("{}: gave up after {} tr{}; the last: {}", url, tries, tries == 1 ? "y" : "ies", last);
+      }
+      const int64_t total = retries.fetch_add(1, std::memory_order_relaxed) + 1;
+      // Full jitter (AWS's "Exponential Backoff And Jitter"): uniform in [0, min(cap, base × 2^k)].
+      const double cap = std::min(10.0, options.backoff_s * std::pow(2.0, attempt - 1));
+      if (total <= 10 || total % 100 == 0) {  // the first few, then a count now and then
+        log_warn("{}: {}; try {} of {} within {:.2f} s ({} retr{} so far)", url, last, attempt + 1, tries, cap, total,
+                 total == 1 ? "y" : "ies");
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(cap * jitter01()));
+    }
+  }
+
+  [[noreturn]] void refuse(const std::string& url, const Target& t, const Attempt& a) {
+    std::string why;
+    switch (a.status) {
+      case 404: why = "the object does not exist"; break;
+      case 403: why = "access denied"; break;
+      case 401: why = "not authorised"; break;
+      case 301: why = "the bucket is in another region than " + region + " (data.s3_region)"; break;
+      case 416: why = "the range is outside the object"; break;
+      default: why = "the request was refused"; break;
+    }
+    const std::string detail = error_detail(a.body);
+    std::string creds;
+    if (t.s3) {
+      std::lock_guard<std::mutex> lock(mu);
+      creds = fmt::format("; credentials from {}, region {}, endpoint {}", credentials.source, region,
+                          options.s3_endpoint.empty() ? "AWS" : options.s3_endpoint);
+    }
+    throw bad_input("{}: HTTP {}: {}{}{}", url, a.status, why, detail.empty() ? "" : " (" + detail + ")", creds);
+  }
+};
+
+RemoteStore::RemoteStore(RemoteOptions options) : options_(std::move(options)) {
+  if (options_.tries < 1) throw bad_input("data.remote_tries should be at least 1, found {}", options_.tries);
+  if (!(options_.timeout_s > 0)) throw bad_input("data.remote_timeout should be positive, found {}", options_.timeout_s);
+  if (options_.connections < 1) options_.connections = 1;
+  if (options_.part_bytes < 1) options_.part_bytes = int64_t{8} << 20;
+  impl_ = std::make_unique<Impl>(options_);
+}
+
+RemoteStore::~RemoteStore() = default;
+
+ObjectInfo RemoteStore::stat(const std::string& url) const {
+  // A GET of the first byte, not a HEAD: an error then comes with its body (S3's <Code>, such as
+  // SignatureDoesNotMatch), and Content-Range gives the size.
+  const auto a = impl_->request(url, "GET", 0, 1, false);
+  if (a->status == 206 && a->has_range_total) return {a->range_total, a->etag};
+  if (a->status == 200 && a->has_content_length) return {a->content_length, a->etag};  // a one-byte object
+  throw runtime_error("{}: the server gave no size (HTTP {} without Content-Range)", url, a->status);
+}
+
+std::optional<std::string> RemoteStore::read(const std::string& url, bool missing_ok) const {
+  auto a = impl_->request(url, "GET", 0, 0, missing_ok);
+  if (!a) return std::nullopt;
+  impl_->objects.fetch_add(1, std::memory_order_relaxed);
+  return std::move(a->body);
+}
+
+std::string RemoteStore::read_range(const std::string& url, uint64_t offset, uint64_t size) const {
+  if (size == 0) return "";
+  return impl_->request(url, "GET", offset, size, false)->body;
+}
+
+uint64_t RemoteStore::download(const std::string& url, uint64_t size, int fd) const {
+  const uint64_t part = static_cast<uint64_t>(options_.part_bytes);
+  const uint64_t parts = (size + part - 1) / part;
+  std::atomic<uint64_t> next{0}, written{0};
+  std::mutex mu;
+  std::exception_ptr error;
+  auto work = [&] {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (error) return;
+      }
+      const uint64_t i = next.fetch_add(1);
+      if (i >= parts) return;
+      const uint64_t offset = i * part, n = std::min(part, size - offset);
+      try {
+        const std::string body = impl_->request(url, "GET", offset, n, false)->body;
+        size_t done = 0;
+        while (done < body.size()) {
+          const ssize_t w = ::pwrite(fd, body.data() + done, body.size() - done, static_cast<off_t>(offset + done));
+          if (w < 0 && errno == EINTR) continue;
+          if (w < 0) throw runtime_error("cannot write the download of {}: {}", url, errno_text(errno));
+          done += static_cast<size_t>(w);
+        }
+        written += done;
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+        return;
+      }
+    }
+  };
+  const int threads = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(options_.connections), parts));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+  impl_->objects.fetch_add(1, std::memory_order_relaxed);
+  return written.load();
+}
+
+RemoteStats RemoteStore::stats() const {
+  RemoteStats s;
+  s.requests = impl_->requests.load();
+  s.retries = impl_->retries.load();
+  s.bytes = impl_->bytes.load();
+  s.objects = impl_->objects.load();
+  return s;
+}
+
+std::string RemoteStore::credentials_source() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->have_credentials ? impl_->credentials.source : "";
+}
+
+}  // namespace crucible::data

@@ -1,0 +1,178 @@
+// The node's shard cache (issue 37): one download per shard while cached, across threads and
+// processes; never more than its budget in the folder; pinned shards never evicted; a download
+// that fails its size or checksum check deleted, never used.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "crucible/core/sha256.h"
+#include "crucible/data/shard_cache.h"
+#include "test_util.h"
+
+namespace crucible::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A shard's bytes: a function of its URL.
+std::string content(const std::string& url, uint64_t size) {
+  std::string s(size, '\0');
+  const size_t seed = std::hash<std::string>()(url);
+  for (uint64_t i = 0; i < size; ++i) s[i] = static_cast<char>((i * 131 + seed) & 0xff);
+  return s;
+}
+
+uint64_t write_at(int fd, const std::string& bytes) {
+  EXPECT_EQ(::pwrite(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  return bytes.size();
+}
+
+// The sum of the sizes of the folder's files.
+int64_t folder_bytes(const std::string& dir) {
+  int64_t total = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_regular_file()) total += static_cast<int64_t>(e.file_size());
+  }
+  return total;
+}
+
+struct Fake {
+  std::atomic<int> fetches{0};
+  std::atomic<int64_t> peak{0};
+  std::string dir;
+  int64_t corrupt_first = 0;  // this many downloads get one byte wrong
+  ShardCache::Fetch fetch() {
+    return [this](const std::string& url, uint64_t size, int fd) {
+      const int n = fetches.fetch_add(1);
+      std::string bytes = content(url, size);
+      if (n < corrupt_first) bytes[size / 2] ^= 1;
+      peak = std::max<int64_t>(peak.load(), folder_bytes(dir));  // while the part file is there
+      return write_at(fd, bytes);
+    };
+  }
+  static uint64_t stat(const std::string&) { return 1000; }
+};
+
+TEST(ShardCache, DownloadsAShardOnceThenServesItFromTheFolder) {
+  test::TempDir d;
+  Fake fake;
+  fake.dir = d / "cache";
+  ShardCache cache(fake.dir, 10000, fake.fetch(), Fake::stat);
+  const auto a = cache.get("http://h/a.tar", {1000, "", ""});
+  ASSERT_EQ(a->size(), 1000u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(a->data()), 1000), content("http://h/a.tar", 1000));
+  cache.get("http://h/a.tar", {1000, "", ""});
+  ShardCache again(fake.dir, 10000, fake.fetch(), Fake::stat);  // another process's view of the folder
+  again.get("http://h/a.tar", {});
+  EXPECT_EQ(fake.fetches.load(), 1);
+  EXPECT_EQ(cache.stats().downloads, 1);
+  EXPECT_EQ(cache.stats().hits, 0);  // the second get found it mapped in this process
+  EXPECT_EQ(again.stats().hits, 1);  // found in the folder
+}
+
+TEST(ShardCache, NeverHoldsMoreThanItsBytesAndEvictsTheLeastRecentlyUsed) {
+  test::TempDir d;
+  Fake fake;
+  fake.dir = d / "cache";
+  ShardCache cache(fake.dir, 3000, fake.fetch(), Fake::stat);
+  cache.get("http://h/a.tar", {1000, "", ""});
+  cache.get("http://h/b.tar", {1000, "", ""});
+  cache.get("http://h/c.tar", {1000, "", ""});
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  cache.get("http://h/a.tar", {1000, "", ""});  // a is now more recent than b
+  cache.get("http://h/d.tar", {1000, "", ""});  // evicts b
+  EXPECT_TRUE(fs::exists(fake.dir + "/" + ShardCache::file_name("http://h/a.tar")));
+  EXPECT_FALSE(fs::exists(fake.dir + "/" + ShardCache::file_name("http://h/b.tar")));
+  for (int i = 0; i < 20; ++i) cache.get("http://h/s" + std::to_string(i) + ".tar", {1000, "", ""});
+  EXPECT_LE(fake.peak.load(), 3000);
+  EXPECT_LE(cache.used_bytes(), 3000);
+  EXPECT_EQ(cache.stats().evictions, 21);
+}
+
+TEST(ShardCache, APinnedShardIsNeverEvicted) {
+  test::TempDir d;
+  Fake fake;
+  fake.dir = d / "cache";
+  ShardCache cache(fake.dir, 2000, fake.fetch(), Fake::stat);
+  const auto a = cache.get("http://h/a.tar", {1000, "", ""});  // held
+  cache.get("http://h/b.tar", {1000, "", ""});
+  cache.get("http://h/c.tar", {1000, "", ""});  // evicts b, not a
+  EXPECT_TRUE(fs::exists(fake.dir + "/" + ShardCache::file_name("http://h/a.tar")));
+  {
+    const auto c = cache.get("http://h/c.tar", {1000, "", ""});
+    cache.set_wait_seconds(0.3);
+    test::expect_runtime_error([&] { cache.get("http://h/d.tar", {1000, "", ""}); },
+                               {"no room for http://h/d.tar", "data.cache_bytes = 2000", "in use"});
+  }
+  cache.get("http://h/d.tar", {1000, "", ""});  // c is no longer held
+  EXPECT_EQ(a->data()[5], static_cast<uint8_t>(content("http://h/a.tar", 1000)[5]));
+}
+
+TEST(ShardCache, ADownloadThatFailsItsCheckIsDeletedNeverUsed) {
+  test::TempDir d;
+  Fake fake;
+  fake.dir = d / "cache";
+  fake.corrupt_first = 1;
+  const std::string url = "http://h/a.tar";
+  const std::string sha = sha256_hex(content(url, 1000));
+  ShardCache cache(fake.dir, 10000, fake.fetch(), Fake::stat, 3);
+  const auto a = cache.get(url, {1000, sha, ""});
+  EXPECT_EQ(sha256_hex(std::string(reinterpret_cast<const char*>(a->data()), a->size())), sha);
+  EXPECT_EQ(fake.fetches.load(), 2);
+  EXPECT_EQ(cache.stats().failed_checks, 1);
+  // Every try corrupt: the run stops naming the shard and what was wrong; the folder keeps nothing.
+  fake.corrupt_first = 100;
+  test::expect_runtime_error([&] { cache.get("http://h/b.tar", {1000, sha256_hex(content("http://h/b.tar", 1000)), ""}); },
+                             {"http://h/b.tar", "3 downloads failed their check", "SHA-256"});
+  EXPECT_FALSE(fs::exists(fake.dir + "/" + ShardCache::file_name("http://h/b.tar")));
+  for (const auto& e : fs::directory_iterator(fake.dir)) {
+    EXPECT_EQ(e.path().string().find(".part-"), std::string::npos) << e.path();
+  }
+  // A wrong size is caught as well (an MD5 from the ETag, then the size).
+  ShardCache sized(fake.dir, 10000, [](const std::string&, uint64_t, int fd) { return write_at(fd, "short"); }, Fake::stat, 2);
+  test::expect_runtime_error([&] { sized.get("http://h/c.tar", {1000, "", ""}); }, {"http://h/c.tar", "5 bytes where 1000"});
+  test::expect_bad_input([&] { cache.get("http://h/big.tar", {20000, "", ""}); },
+                         {"data.cache_bytes = 10000", "http://h/big.tar", "20000 bytes"});
+}
+
+// Two processes of one node ask for the same shard at once: one downloads, the other waits for
+// it and maps the same file.
+TEST(ShardCache, OneDownloadPerNodeAcrossProcesses) {
+  test::TempDir d;
+  const std::string dir = d / "cache", log = d / "fetches";
+  auto fetch = [log](const std::string& url, uint64_t size, int fd) {
+    std::ofstream(log, std::ios::app) << getpid() << "\n";
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return write_at(fd, content(url, size));
+  };
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ShardCache cache(dir, 10000, fetch, Fake::stat);
+    const auto f = cache.get("http://h/a.tar", {1000, "", ""});
+    ::_exit(f->size() == 1000 && std::memcmp(f->data(), content("http://h/a.tar", 1000).data(), 1000) == 0 ? 0 : 1);
+  }
+  ShardCache cache(dir, 10000, fetch, Fake::stat);
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] { ok += cache.get("http://h/a.tar", {1000, "", ""})->size() == 1000; });
+  }
+  for (auto& t : threads) t.join();
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(ok.load(), 3);
+  std::ifstream in(log);
+  int lines = 0;
+  for (std::string l; std::getline(in, l);) ++lines;
+  EXPECT_EQ(lines, 1);
+}
+
+}  // namespace
+}  // namespace crucible::data
