@@ -308,8 +308,19 @@ class NativeLoader {
     if (threads == 0) threads = data::choose_loader_threads(*pipeline_, available_cores(), &threads_report_);
     threads_ = threads;
     data::Sampler::Shard shard{args_.world_size, args_.rank, false};
-    sampler_ = std::make_shared<const data::DistributedSampler>(
-        pipeline_->size(), args_.train, derive_seed(static_cast<uint64_t>(args_.seed), RngStream::kSampler), shard);
+    const uint64_t seed = derive_seed(static_cast<uint64_t>(args_.seed), RngStream::kSampler);
+    if (args_.train) {  // the order training takes (data.sampler; "auto": global for URLs)
+      data::SamplerBuild order;
+      order.size = pipeline_->size();
+      order.seed = seed;
+      order.shard = shard;
+      order.batch = args_.batch_size;
+      order.shard_counts = pipeline_->shard_counts();
+      order.remote = data::is_remote_path(args_.source);
+      sampler_ = data::make_training_sampler(config_, order);
+    } else {
+      sampler_ = std::make_shared<const data::DistributedSampler>(pipeline_->size(), false, seed, shard);
+    }
     data::LoaderOptions o = data::loader_options(config_, args_.batch_size, threads);
     o.drop_last = args_.drop_last;
     o.channels_first = args_.nchw;

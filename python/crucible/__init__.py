@@ -136,6 +136,10 @@ class _Loader:
     def threads(self):
         return self._native.threads()
 
+    def describe(self):
+        """One line on what is read: the source (its shards, remote or local), the samples, the pipeline."""
+        return self._native.describe()
+
     def close(self):
         """Stops the loader's threads now (dropping the last reference does the same)."""
         self._native = None      # first: its workers stop writing into the buffers
@@ -237,7 +241,11 @@ class _Loader:
 
 class ImageLoader(_Loader):
     """Batches of (images, labels) from an image folder, tar shards, an LMDB folder, packed shards
-    (`crucible pack`) or a folder of IDX files.
+    (`crucible pack`) or a folder of IDX files — or shards behind URLs: "s3://bucket/train-{000..127}.tar",
+    "https://host/set/index.crpk", read through the node's shard cache (settings "data.cache_dir",
+    "data.cache_bytes", "data.s3_endpoint", … as for `crucible train`; credentials as the AWS tools find
+    them). Training order: data.sampler ("auto": the global order, shard windows, for URLs; PyTorch's
+    DistributedSampler for local data).
 
     Training (train=True): RandomResizedCrop to `crop` and a horizontal flip, shuffled each epoch;
     evaluation: resize and centre crop, in order. Images are uint8 in 0–255, NCHW (or NHWC with

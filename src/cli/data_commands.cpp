@@ -155,7 +155,9 @@ int run_bench_loader(const BenchLoaderArgs& a) {
 
   // The order training visits (data.sampler), or evaluation's sequential one.
   const uint64_t sampler_seed = derive_seed(static_cast<uint64_t>(run_seed), RngStream::kSampler);
-  data::SamplerBuild order{pipeline->size(), sampler_seed, {}};
+  data::SamplerBuild order;
+  order.size = pipeline->size();
+  order.seed = sampler_seed;
   order.batch = a.batch_size;
   order.shard_counts = pipeline->shard_counts();
   order.remote = data::is_remote_path(a.data);

@@ -14,6 +14,7 @@
 
 #include "crucible/core/compat.h"
 #include "crucible/core/error.h"
+#include "crucible/core/file.h"
 #include "crucible/core/memory.h"
 #include "crucible/core/rng.h"
 #include "crucible/core/thread_pool.h"
@@ -185,6 +186,36 @@ void check_data(const JobConfig& job, const data::SamplePipeline& train, double 
 }
 
 
+// Issue 37: remote data, after the data check has opened it and read samples (so its shards
+// answered): what reading them cost, where the S3 credentials came from, and whether the cache
+// folder's disk holds data.cache_bytes.
+void check_remote(const JobConfig& job, const data::SamplePipeline& train, DoctorReport& report) {
+  data::RemoteIo r;
+  if (!train.remote_io(&r)) return;
+  DoctorCheck c = doctor_check("remote");
+  const int64_t free = free_bytes(r.cache_dir);
+  c.found = fmt::format("{} answered: {} requests ({} retries), {:.1f} MB{}; shard cache {}: {} free for "
+                        "data.cache_bytes = {} ({} held now)",
+                        job.data.train_path, r.requests, r.retries, static_cast<double>(r.bytes) / 1e6,
+                        r.credentials.empty() ? "" : "; credentials from " + r.credentials, r.cache_dir,
+                        free >= 0 ? human_bytes(static_cast<uint64_t>(free)) : std::string("an unknown amount"),
+                        human_bytes(static_cast<uint64_t>(r.cache_max_bytes)),
+                        human_bytes(static_cast<uint64_t>(r.cache_used_bytes)));
+  c.figures = {{"requests", r.requests}, {"retries", r.retries}, {"bytes", r.bytes}, {"cache_free_bytes", free},
+               {"cache_bytes", r.cache_max_bytes}};
+  if (free >= 0 && free + r.cache_used_bytes < r.cache_max_bytes) {
+    c.status = Status::kWarn;
+    c.fix = fmt::format("the cache's disk cannot hold data.cache_bytes: the run would stop with the disk full. Set "
+                        "data.cache_bytes = {} or data.cache_dir on a larger disk",
+                        free + r.cache_used_bytes);
+  }
+  if (r.retries > 0 && c.status == Status::kOk) {
+    c.status = Status::kWarn;
+    c.fix = "requests were retried already (5xx, timeouts, resets): the store or the network is struggling";
+  }
+  report.checks.push_back(c);
+}
+
 }  // namespace
 
 DoctorReport run_doctor(const JobConfig& job, int local_ranks) {
@@ -212,6 +243,7 @@ DoctorReport run_doctor(const JobConfig& job, int local_ranks) {
                                  : cores;
   report.checks.push_back(check_open_files(*ds.train, loader_threads, chosen));
   check_data(job, *ds.train, open_seconds, report);
+  check_remote(job, *ds.train, report);
   report.checks.push_back(check_io("test", *ds.test, produce_for(*ds.test, 0.5)));
   // The disk: checkpoints of this model and optimizer against the space free under run.dir.
   const data::ImageSpec spec = ds.train->output_spec();

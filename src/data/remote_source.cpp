@@ -23,19 +23,21 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Runs fn(0 … n-1) on up to `threads` threads; the first exception is rethrown.
+// Runs fn(0 … n-1) on up to `threads` threads; after a failure no new index starts, and the
+// failure of the lowest index is rethrown (the same shard named whatever the timing).
 template <typename Fn>
 void parallel_for(size_t n, int threads, Fn fn) {
   std::atomic<size_t> next{0};
   std::mutex mu;
   std::exception_ptr error;
+  size_t error_index = n;
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < n;) {
       try {
         fn(i);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
-        if (!error) error = std::current_exception();
+        if (i < error_index) error = std::current_exception(), error_index = i;
         next = n;
       }
     }
@@ -176,6 +178,7 @@ class RemoteShardSource final : public SampleSource {
     out->cache_used_bytes = cache_->used_bytes();
     out->cache_max_bytes = cache_->max_bytes();
     out->cache_dir = cache_->dir();
+    out->credentials = store_->credentials_source();
     return true;
   }
 

@@ -970,7 +970,7 @@ PackedIndex parse_packed_index(const std::string& raw, const std::string& ip) {
     }
     if (!out.shard_bytes.empty() && (rec.offset > out.shard_bytes[rec.shard] ||
                                      rec.size > out.shard_bytes[rec.shard] - rec.offset)) {
-      throw bad_input("{}: sample {} lies at bytes [{}, {}) of {} but the index gives that shard {} bytes", ip, i,
+      throw bad_input("{}: sample {} lies at bytes [{}, {}) of {} but the shard holds {} bytes (its shard_bytes)", ip, i,
                       rec.offset, rec.offset + rec.size, out.shards[rec.shard], out.shard_bytes[rec.shard]);
     }
     if (rec.offset % static_cast<uint64_t>(out.align) != 0) {

@@ -123,7 +123,10 @@ void assemble_data(Job& job, const StoredChoices& stored) {
     log_warn("{}={}: every training sample takes {} ms longer to load (test seam)", testing::kSampleDelayEnv, ms, ms);
   }
   const data::Sampler::Shard shard{job.world.size, job.world.rank, /*drop_last=*/false};
-  data::SamplerBuild order{ds.train->size(), derive_seed(seed, RngStream::kSampler), shard};
+  data::SamplerBuild order;
+  order.size = ds.train->size();
+  order.seed = derive_seed(seed, RngStream::kSampler);
+  order.shard = shard;
   order.batch = c.train.batch_size;
   order.shard_counts = ds.train->shard_counts();
   order.remote = data::is_remote_path(c.data.train_path) && c.data.dataset == data::DataConfig::Dataset::kImages;

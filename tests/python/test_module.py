@@ -366,6 +366,44 @@ class ModuleTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "system"):
                 crucible.load(path)
 
+    def test_urls_give_the_batches_of_the_local_shards(self):
+        """Issue 37: tar shards served by nginx (range requests, the node's shard cache) give the
+        batches the same shards give from disk, in the global order data.sampler "auto" picks."""
+        import io
+        import tarfile
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))
+        from nginx_server import NginxServer
+        shards = os.path.join(self.tmp.name, "shards")
+        os.makedirs(shards, exist_ok=True)
+        for k in range(3):
+            with tarfile.open(os.path.join(shards, f"part-{k}.tar"), "w") as t:
+                for i in range(20):
+                    index = 20 * k + i
+                    b = io.BytesIO()
+                    Image.new("RGB", (36, 44), (4 * index,) * 3).save(b, format="PNG")
+                    for ext, data in (("png", b.getvalue()), ("cls", b"%d" % (index % 3))):
+                        ti = tarfile.TarInfo(f"s{index:03d}.{ext}")
+                        ti.size = len(data)
+                        t.addfile(ti, io.BytesIO(data))
+        settings = {"data.sampler": "global", "data.shuffle_window": 2,
+                    "data.cache_dir": os.path.join(self.tmp.name, "shard-cache")}
+        local = crucible.ImageLoader(shards + "/part-{0..2}.tar", batch_size=8, crop=32, threads=2, seed=3,
+                                     settings=settings)
+        want = list(local)
+        with NginxServer(shards) as server:
+            remote = crucible.ImageLoader(server.url + "/part-{0..2}.tar", batch_size=8, crop=32, threads=2, seed=3,
+                                          settings={k: v for k, v in settings.items() if k != "data.sampler"})
+            got = list(remote)
+            self.assertIn("remote shards", remote.describe())
+            self.assertGreater(len([e for e in server.access_entries() if e["range"] not in ("-", "")]), 0)
+        self.assertEqual(digest(got), digest(want))
+        # The global order's windows: the first 2 shards' samples (40) come before the third's.
+        seen = [i for x, _ in want for i in indices(x)]
+        self.assertEqual(sorted(seen[:60]), list(range(60)))  # then 4 from the start pad the last batch
+        self.assertEqual(seen[60:], seen[:4])
+        first_window = {i // 20 for i in seen[:40]}
+        self.assertEqual(len(first_window), 2, seen)
+
     def test_ctrl_c_stops_cleanly(self):
         # A child iterates epochs forever; SIGINT must end it promptly with KeyboardInterrupt, and
         # the loader's threads must be gone once it is dropped.

@@ -246,7 +246,32 @@ class RemoteDataTest(unittest.TestCase):
         s3_missing = run(self.remote_job("s3://data/tar-gone", "s3-missing", "--set",
                                          f"data.s3_endpoint={self.s3.endpoint}"), env=self.s3.env)
         self.assertEqual(s3_missing.returncode, 2, s3_missing.stdout + s3_missing.stderr)
-        self.assertIn("s3://data/tar-gone/train-0.tar: HTTP 404", s3_missing.stderr)
+        self.assertIn("s3://data/tar-gone/train-0.tar: HTTP 404", s3_missing.stderr)  # the first shard, whatever the timing
+        self.assertIn("NoSuchKey", s3_missing.stderr)
+
+    def test_doctor_checks_the_store_the_credentials_and_the_cache_folder(self):
+        def doctor(cmd, env=None):
+            d = [c if c != "train" else "doctor" for c in cmd] + ["--json"]
+            r = run(d, env=env)
+            return r, json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else None
+        r, report = doctor(self.s3_job("doctor-s3"), env=self.s3.env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        remote = {c["name"]: c for c in report["checks"]}["remote"]
+        self.assertIn("credentials from the environment", remote["found"])
+        self.assertGreater(remote["figures"]["requests"], 0)
+        self.assertGreater(remote["figures"]["cache_free_bytes"], 0)
+        # A cache larger than its disk can hold: a warning with the size that fits.
+        r, report = doctor(self.remote_job(self.http, "doctor-big", "--set", "data.cache_bytes=1000000000000000"))
+        remote = {c["name"]: c for c in report["checks"]}["remote"]
+        self.assertEqual(remote["status"], "warn", remote)
+        self.assertIn("data.cache_bytes =", remote["fix"])
+        # Bad credentials: the data check fails naming the URL and where the credentials came from.
+        r, report = doctor(self.s3_job("doctor-wrong"), env=dict(self.s3.env, AWS_SECRET_ACCESS_KEY="wrong"))
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        data = {c["name"]: c for c in report["checks"]}["data"]
+        self.assertEqual(data["status"], "fail")
+        self.assertIn("s3://data/tar/train-0.tar: HTTP 403", data["found"])
+        self.assertIn("credentials from the environment", data["found"])
 
     def test_retries_that_run_out_exit_1_naming_object_status_and_tries(self):
         with FaultProxy(self.http, seed=1, error_rate=1.0, kinds=("503",)) as proxy:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# audit-deps: python .venv-s3 (scripts/setup-s3 installs what this imports)
 """Self-test of tests/support/s3_server.py, the S3 endpoint the S3 data-source tests read from:
 moto's server must really check SigV4 (the right key and secret read byte-exact objects and
 ranges; a wrong secret, an unknown key, a signature made for another path, Host or Range header,

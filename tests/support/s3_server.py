@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# audit-deps: python .venv-s3 (scripts/setup-s3 installs what this imports)
 """A real S3 endpoint for the tests: moto's server (moto[server], pinned in .venv-s3 by
 scripts/setup-s3) in a child process on 127.0.0.1, a free port, path-style addressing, with its
 IAM access control switched on, so every request must carry a valid SigV4 signature made with the

@@ -28,6 +28,7 @@ struct RemoteIo {
   int64_t downloads = 0, hits = 0, evictions = 0, failed_checks = 0;
   int64_t cache_used_bytes = 0, cache_max_bytes = 0;
   std::string cache_dir;
+  std::string credentials;  // where S3 credentials came from; empty for HTTP(S)
   std::string line() const;  // one line for the log
 };
 
