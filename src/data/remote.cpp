@@ -74,11 +74,33 @@ struct Attempt {
   std::string etag;
   uint64_t range_total = 0;  // "Content-Range: bytes a-b/total"
   bool has_range_total = false;
+  long header_status = 0;    // from the status line, while the body arrives
+  // A download's part: a 2xx body goes straight into the file at sink_offset (no copy in memory).
+  int sink_fd = -1;
+  uint64_t sink_offset = 0, sink_limit = 0;
+  uint64_t received = 0;     // body bytes, wherever they went
+  int sink_errno = 0;
 };
 
 size_t on_body(char* data, size_t size, size_t n, void* user) {
-  static_cast<Attempt*>(user)->body.append(data, size * n);
-  return size * n;
+  auto* a = static_cast<Attempt*>(user);
+  const size_t len = size * n;
+  if (a->sink_fd >= 0 && a->header_status / 100 == 2) {
+    if (a->received + len > a->sink_limit) return 0;  // more than the range: not written past it (curl fails)
+    for (size_t done = 0; done < len;) {
+      const ssize_t w = ::pwrite(a->sink_fd, data + done, len - done, static_cast<off_t>(a->sink_offset + a->received + done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        a->sink_errno = errno;
+        return 0;  // curl stops with CURLE_WRITE_ERROR
+      }
+      done += static_cast<size_t>(w);
+    }
+  } else {
+    a->body.append(data, len);
+  }
+  a->received += len;
+  return len;
 }
 
 size_t on_header(char* data, size_t size, size_t n, void* user) {
@@ -87,6 +109,8 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
   if (starts_with(line, "HTTP/")) {  // a new response (after a 100 Continue): forget the last
     a->has_content_length = a->has_range_total = false;
     a->etag.clear();
+    const size_t sp = line.find(' ');
+    a->header_status = sp == std::string::npos ? 0 : std::strtol(line.c_str() + sp + 1, nullptr, 10);
     return size * n;
   }
   const size_t colon = line.find(':');
@@ -222,8 +246,11 @@ struct RemoteStore::Impl {
   }
 
   // One try of `method` on `t` (a range when size > 0).
-  Attempt perform(const Target& t, const char* method, uint64_t offset, uint64_t size) {
+  Attempt perform(const Target& t, const char* method, uint64_t offset, uint64_t size, int sink_fd) {
     Attempt a;
+    a.sink_fd = sink_fd;
+    a.sink_offset = offset;
+    a.sink_limit = size;
     std::vector<std::pair<std::string, std::string>> headers;
     if (size > 0) headers.emplace_back("range", "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + size - 1));
     if (t.s3) {
@@ -254,29 +281,35 @@ struct RemoteStore::Impl {
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // nothing received for timeout_s: a timeout
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, std::max(1L, std::lround(options.timeout_s)));
     curl_easy_setopt(h, CURLOPT_USERAGENT, "crucible/" CRUCIBLE_VERSION);
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);  // fewer, larger writes
     a.code = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &a.status);
     if (a.code != CURLE_OK) a.curl_error = error[0] != 0 ? error : curl_easy_strerror(a.code);
     release(h);
     curl_slist_free_all(list);
     requests.fetch_add(1, std::memory_order_relaxed);
-    bytes.fetch_add(static_cast<int64_t>(a.body.size()), std::memory_order_relaxed);
+    bytes.fetch_add(static_cast<int64_t>(a.received), std::memory_order_relaxed);
     return a;
   }
 
   // Runs `method` with the retry policy; `expect` is the body length a success must have
   // (range reads), 0 for any. Returns the successful attempt; nullopt for 404 when `missing_ok`.
+  // With `sink_fd`, a successful body is written into that file at `offset` instead.
   std::optional<Attempt> request(const std::string& url, const char* method, uint64_t offset, uint64_t size,
-                                 bool missing_ok) {
+                                 bool missing_ok, int sink_fd = -1) {
     const Target t = target(url);
     std::string last;
     const int tries = std::max(1, options.tries);
     for (int attempt = 1;; ++attempt) {
-      Attempt a = perform(t, method, offset, size);
+      Attempt a = perform(t, method, offset, size, sink_fd);
+      if (a.sink_errno != 0) throw runtime_error("cannot write the download of {}: {}", url, errno_text(a.sink_errno));
       const bool head = std::string(method) == "HEAD";
+      if (a.code == CURLE_WRITE_ERROR && sink_fd >= 0 && a.status == 200 && offset == 0) {
+        throw runtime_error("{}: the server answers a range request with the whole object (it ignores Range)", url);
+      }
       if (a.code == CURLE_OK && (a.status == 200 || a.status == 206)) {
-        const uint64_t got = a.body.size();
-        if (size > 0 && a.status == 200 && got > size) {  // Range ignored: the whole object came
+        const uint64_t got = a.received;
+        if (sink_fd < 0 && size > 0 && a.status == 200 && got > size) {  // Range ignored: the whole object came
           a.body = a.body.substr(offset < got ? offset : got, size);
           if (a.body.size() == size) return a;
           last = fmt::format("a body of {} bytes without bytes {}-{}", got, offset, offset + size - 1);
@@ -382,15 +415,7 @@ uint64_t RemoteStore::download(const std::string& url, uint64_t size, int fd) co
       if (i >= parts) return;
       const uint64_t offset = i * part, n = std::min(part, size - offset);
       try {
-        const std::string body = impl_->request(url, "GET", offset, n, false)->body;
-        size_t done = 0;
-        while (done < body.size()) {
-          const ssize_t w = ::pwrite(fd, body.data() + done, body.size() - done, static_cast<off_t>(offset + done));
-          if (w < 0 && errno == EINTR) continue;
-          if (w < 0) throw runtime_error("cannot write the download of {}: {}", url, errno_text(errno));
-          done += static_cast<size_t>(w);
-        }
-        written += done;
+        written += impl_->request(url, "GET", offset, n, false, fd)->received;
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
         if (!error) error = std::current_exception();
