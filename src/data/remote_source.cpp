@@ -131,16 +131,7 @@ class RemoteShardSource final : public SampleSource {
                        urls_.size() == 1 ? "" : "s", note_.empty() ? "" : "; " + note_);
   }
 
-  std::vector<int64_t> shard_counts() const override {
-    std::vector<int64_t> out(urls_.size(), 0);
-    uint32_t last = 0;
-    for (const auto& r : records_) {
-      if (r.shard < last) return {};
-      last = r.shard;
-      ++out[r.shard];
-    }
-    return out;
-  }
+  std::vector<int64_t> shard_counts() const override { return contiguous_shard_counts(records_, urls_.size()); }
 
   void plan(const std::vector<int64_t>& upcoming) const override {
     std::vector<int64_t> remaining(urls_.size(), 0);

@@ -480,20 +480,6 @@ bool read_tar_index(const std::string& path, uint64_t shard_size, int64_t mtime_
   return true;
 }
 
-// Samples per shard when each shard's records are contiguous and in shard order (what the
-// writers make); empty otherwise.
-template <typename Records>
-std::vector<int64_t> contiguous_shard_counts(const Records& records, size_t shards) {
-  std::vector<int64_t> out(shards, 0);
-  uint32_t last = 0;
-  for (const auto& r : records) {
-    if (r.shard < last) return {};
-    last = r.shard;
-    ++out[r.shard];
-  }
-  return out;
-}
-
 class TarShardSource final : public SampleSource {
  public:
   explicit TarShardSource(const std::vector<std::string>& shards) : names_(shards) {

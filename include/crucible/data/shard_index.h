@@ -47,4 +47,19 @@ struct PackedIndex {
 };
 PackedIndex parse_packed_index(const std::string& raw, const std::string& name);
 
+// Samples per shard (SampleSource::shard_counts) of records that carry their shard number
+// (`.shard`), when each shard's records are contiguous and in shard order, as the writers make
+// them; empty otherwise.
+template <typename Records>
+std::vector<int64_t> contiguous_shard_counts(const Records& records, size_t shards) {
+  std::vector<int64_t> out(shards, 0);
+  uint32_t last = 0;
+  for (const auto& r : records) {
+    if (r.shard < last) return {};
+    last = r.shard;
+    ++out[r.shard];
+  }
+  return out;
+}
+
 }  // namespace crucible::data
