@@ -167,6 +167,7 @@ struct RemoteStore::Impl {
   bool have_credentials = false;  // guarded by mu
   FoundS3Credentials credentials;  // guarded by mu
   std::string region;
+  std::string ca_bundle;  // AWS_CA_BUNDLE: certificates to verify HTTPS with (else the system's)
   std::atomic<int64_t> requests{0}, retries{0}, bytes{0}, objects{0};
 
   explicit Impl(const RemoteOptions& o) : options(o) {
@@ -180,6 +181,8 @@ struct RemoteStore::Impl {
       if (v != nullptr) region = v;
     }
     if (region.empty()) region = "us-east-1";
+    const char* bundle = o.env ? o.env("AWS_CA_BUNDLE") : nullptr;  // the AWS tools' custom authority
+    if (bundle != nullptr && *bundle != 0) ca_bundle = bundle;
   }
   ~Impl() {
     for (CURL* h : idle) curl_easy_cleanup(h);
@@ -282,6 +285,7 @@ struct RemoteStore::Impl {
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, std::max(1L, std::lround(options.timeout_s)));
     curl_easy_setopt(h, CURLOPT_USERAGENT, "crucible/" CRUCIBLE_VERSION);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);  // fewer, larger writes
+    if (!ca_bundle.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, ca_bundle.c_str());
     a.code = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &a.status);
     if (a.code != CURLE_OK) a.curl_error = error[0] != 0 ? error : curl_easy_strerror(a.code);

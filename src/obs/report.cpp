@@ -722,8 +722,33 @@ std::string breakdown_html(const RunView& r) {
   return out + "</section>";
 }
 
+// Remote data (issue 37): each remote split's requests, retries and shard cache, one line each.
+std::string remote_html(const Json* io) {
+  std::string out;
+  for (const char* split : {"train", "test"}) {
+    const Json* r = field(field(io, split), "remote");
+    if (r == nullptr || !r->is_object()) continue;
+    double requests = 0, retries = 0, bytes = 0, downloads = 0, hits = 0, evictions = 0, failed = 0, used = 0, max = 0;
+    number_at(r, "requests", &requests);
+    number_at(r, "retries", &retries);
+    number_at(r, "bytes", &bytes);
+    number_at(r, "downloads", &downloads);
+    number_at(r, "cache_hits", &hits);
+    number_at(r, "evictions", &evictions);
+    number_at(r, "failed_checks", &failed);
+    number_at(r, "cache_used_bytes", &used);
+    number_at(r, "cache_bytes", &max);
+    out += fmt::format("<p>{} split, remote: {} requests ({} retries), {} received; shard cache {}: {} downloads, {} "
+                       "found there, {} evictions, {} failed checks, {} of {} held</p>",
+                       split, num(requests), num(retries), esc(human_bytes(static_cast<uint64_t>(bytes))),
+                       esc(string_at(r, "cache_dir")), num(downloads), num(hits), num(evictions), num(failed),
+                       esc(human_bytes(static_cast<uint64_t>(used))), esc(human_bytes(static_cast<uint64_t>(max))));
+  }
+  return out;
+}
+
 // D11: summary.io, each split's reads: files and bytes, their rates over the time the split was
-// served, the time per read, and the RAM cache's hits.
+// served, the time per read, and the RAM cache's hits; for remote data its requests and cache.
 std::string io_html(const RunView& r) {
   const Json* io = field(r.summary(), "io");
   if (io == nullptr || !io->is_object() || io->empty()) return "";
@@ -759,7 +784,7 @@ std::string io_html(const RunView& r) {
          "split's rates over the time it was being served (D11)</p><table><tr><th>split</th><th class=\"num\">files"
          "</th><th class=\"num\">bytes</th><th class=\"num\">files/s</th><th class=\"num\">bytes/s</th>"
          "<th class=\"num\">ms per read</th><th>RAM cache</th></tr>" +
-         rows + "</table></section>";
+         rows + "</table>" + remote_html(io) + "</section>";
 }
 
 // train.profile = "full": summary.layers, each layer's forward and backward milliseconds a step.

@@ -691,6 +691,10 @@ TEST(DistTrain, AGlobalOrderRunResumesOnOneAndThreeRanksWithTheSameSteps) {
       EXPECT_LT(diff, 1e-4) << name;
     }
   }
+  // 5 ranks cannot split 12 samples a step: refused before anything runs, naming both numbers.
+  const auto five = test::run_command(launched(5, with("five", {})));
+  EXPECT_EQ(five.exit_code, 2) << five.out << five.err;
+  expect_contains(five.err, "train.global_batch_size = 12 does not split over 5 ranks");
 }
 }  // namespace
 }  // namespace crucible

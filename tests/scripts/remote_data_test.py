@@ -153,11 +153,49 @@ class RemoteDataTest(unittest.TestCase):
         self.assertTrue(any(e["range"] not in ("-", "") for e in entries), entries[:3])
         self.assertGreater(max(int(e["connection_requests"]) for e in entries), 1)
 
+        html = open(f"{WORK}/runs/http/report.html").read()  # the D11 report covers remote reads
+        self.assertIn(f"train split, remote: ", html)
+        self.assertIn(f"{SHARDS} downloads", html)
+
         s = run(self.s3_job("s3"), env=self.s3.env)
         self.assertEqual(s.returncode, 0, s.stdout + s.stderr)
         self.assertEqual(summary("s3")["params_sha256"], self.local_sha)
         self.assertIn("6 by downloading the shard", s.stdout + s.stderr)
         self.assertEqual(summary("s3")["io"]["train"]["remote"]["downloads"], SHARDS)
+
+    def test_packed_shards_over_http_equal_the_local_packed_set(self):
+        packed = os.path.join(self.local, "packed")
+        if not os.path.exists(os.path.join(packed, "index.crpk")):
+            p = run([CRUCIBLE, "pack", self.local + "/train-{0..5}.tar", packed])
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        local = run(job(packed, self.local + "/test-0.tar", "packed-local"))
+        self.assertEqual(local.returncode, 0, local.stdout + local.stderr)
+        remote = run(job(self.http + "/packed/index.crpk", self.http + "/test-0.tar", "packed-http"))
+        self.assertEqual(remote.returncode, 0, remote.stdout + remote.stderr)
+        self.assertEqual(summary("packed-http")["params_sha256"], summary("packed-local")["params_sha256"])
+        self.assertIn("SHA-256 of each shard from the index", remote.stdout + remote.stderr)
+        shards = len([n for n in os.listdir(packed) if n.startswith("shard-")])
+        self.assertEqual(summary("packed-http")["io"]["train"]["remote"]["downloads"], shards)
+
+    def test_two_ranks_on_one_node_download_each_shard_once(self):
+        cache = f"{WORK}/cache-two-ranks"
+        before = len(self.nginx.access_entries())
+        r = run([CRUCIBLE, "launch", "--nproc", "2", "--"] + self.remote_job(self.http, "two-ranks", "--set",
+                                                                             f"data.cache_dir={cache}"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        entries = self.nginx.access_entries()[before:]
+        # Whole-shard downloads (range requests other than the first byte, which opening asks for).
+        downloads = {}
+        for e in entries:
+            path = e["request"].split()[1]
+            if path.endswith(".tar") and e["range"] not in ("-", "", "bytes=0-0"):
+                downloads[path] = downloads.get(path, 0) + 1
+        self.assertEqual(sorted(downloads), sorted([f"/train-{k}.tar" for k in range(SHARDS)] + ["/test-0.tar"]))
+        self.assertEqual(set(downloads.values()), {1}, downloads)
+        local = run([CRUCIBLE, "launch", "--nproc", "2", "--"] + job(self.local + "/train-{0..5}.tar",
+                                                                     self.local + "/test-0.tar", "two-ranks-local"))
+        self.assertEqual(local.returncode, 0, local.stdout + local.stderr)
+        self.assertEqual(summary("two-ranks")["params_sha256"], summary("two-ranks-local")["params_sha256"])
 
     def test_five_percent_faults_of_every_kind_change_nothing(self):
         for name, upstream, env, via in (("http-faults", self.http, None, None),

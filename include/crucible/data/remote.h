@@ -31,7 +31,8 @@ struct RemoteOptions {
   double backoff_s = 0.2;   // the first retry's longest wait; doubles each retry, capped at 10 s
   int64_t part_bytes = int64_t{8} << 20;  // range request size of a download
   int connections = 4;      // range requests in flight per download
-  // The environment (credentials, region), an argument so tests need not touch the process's.
+  // The environment (credentials, region, AWS_CA_BUNDLE for HTTPS through a private authority),
+  // an argument so tests need not touch the process's.
   std::function<const char*(const char*)> env;
 };
 
