@@ -617,7 +617,7 @@ TEST(DistTrain, MultiScaleTrainsOnTwoRanksM4) {
 
 
 // Issue 37, elastic determinism: with data.sampler = "global" and a fixed global batch, a 2-rank
-// run stopped mid-epoch resumes on 1 and on 3 ranks. The sample ledger (CRUCIBLE_TEST_STEP_TRACE's
+// run killed mid-epoch resumes on 1 and on 3 ranks. The sample ledger (CRUCIBLE_TEST_STEP_TRACE's
 // .samples files) shows each step training on the samples it did in the uninterrupted 2-rank run
 // and every sample of the epoch once; the weights end within the reduction order's tolerance of
 // that run's (fp32; dropout off, BatchNorm synchronised: both would otherwise follow the per-rank
@@ -659,20 +659,51 @@ TEST(DistTrain, AGlobalOrderRunResumesOnOneAndThreeRanksWithTheSameSteps) {
   expect_contains(whole.out + whole.err, "global order");
   const auto reference = ledger(d / "whole", 2);
   ASSERT_EQ(reference.size(), 40u);  // 480 samples, 12 a step
-  // Stopped at step 16 of 40, inside the epoch; then three copies of the run folder resume.
-  run(with("stopped", {"--set", "train.max_steps=16"}), 2, d / "stopped");
-  const auto first = ledger(d / "stopped", 2);
-  ASSERT_EQ(first.size(), 16u);
+  // Killed (SIGKILL, every process: a preemption) inside the epoch, once the checkpoint of step
+  // 16 of 40 is written (checkpoints every 8 steps; rank 0 slowed so the kill lands mid-epoch).
+  {
+    ::setenv("CRUCIBLE_TEST_STEP_TRACE", (d / "stopped").c_str(), 1);
+    ::setenv("CRUCIBLE_TEST_SLOW_RANK", "0:150", 1);
+    test::Child launch(launched(2, with("stopped", {"--set", "checkpoint.every_steps=8"})), d.path());
+    ::unsetenv("CRUCIBLE_TEST_SLOW_RANK");
+    ::unsetenv("CRUCIBLE_TEST_STEP_TRACE");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!fs::exists(d / "stopped/checkpoints/ckpt-000000016.safetensors") &&
+           std::chrono::steady_clock::now() < deadline && launch.running()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(launch.running()) << "the run ended before step 16's checkpoint: " << launch.err();
+    for (const auto& e : fs::directory_iterator("/proc")) {  // the ranks, then the launcher
+      const std::string pid = e.path().filename().string();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::istringstream stat(test::read_text(e.path().string() + "/stat").substr(
+          test::read_text(e.path().string() + "/stat").rfind(')') + 2));
+      std::string state;
+      int ppid = 0;
+      stat >> state >> ppid;
+      if (ppid == launch.pid()) ::kill(std::stoi(pid), SIGKILL);
+    }
+    launch.kill(SIGKILL);
+    launch.wait();
+  }
+  const auto killed = ledger(d / "stopped", 2);
   for (int ranks : {1, 2, 3}) {
     const std::string name = "resumed" + std::to_string(ranks), copy = d / name;  // a run folder per resume
     fs::create_directories(copy);
     fs::copy(d / "stopped", copy + "/stopped", fs::copy_options::recursive);
     const auto r = run(with("stopped", {"--set", "run.dir=" + copy}), ranks, d / name);
-    expect_contains(r.out + r.err, "resumed from");
     expect_contains(r.out + r.err, fmt::format("batch {} per rank: train.global_batch_size 12 over {} rank", 12 / ranks, ranks));
+    std::smatch m;
+    const std::string log = r.out + r.err;
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("resumed from \\S+: step (\\d+) \\(epoch 1,"))) << log;
+    const int64_t from = std::stoll(m[1]);  // 16, or 24 when the kill came after that checkpoint
+    EXPECT_TRUE(from == 16 || from == 24) << from;
     auto steps = ledger(d / name, ranks);
-    ASSERT_EQ(steps.size(), 24u) << name;
-    steps.insert(first.begin(), first.end());
+    ASSERT_EQ(static_cast<int64_t>(steps.size()), 40 - from) << name;
+    ASSERT_EQ(steps.begin()->first, from) << name;
+    for (const auto& [step, ids] : killed) {  // the killed run's steps up to its checkpoint; later ones were lost
+      if (step < from) steps.emplace(step, ids);
+    }
     EXPECT_EQ(steps, reference) << name << ": the steps trained on other samples than the uninterrupted run";
     std::map<int64_t, int> seen;
     for (const auto& [step, ids] : steps) {
@@ -682,7 +713,7 @@ TEST(DistTrain, AGlobalOrderRunResumesOnOneAndThreeRanksWithTheSameSteps) {
     for (const auto& [id, n] : seen) ASSERT_EQ(n, 1) << name << ": sample " << id;
     const std::string a = newest_checkpoint(d / "whole"), b = newest_checkpoint(copy + "/stopped");
     const double diff = max_param_difference(a, b, /*with_buffers=*/true);
-    std::printf("%d rank(s) after a 2-rank stop: max |weight difference| %.3g against the uninterrupted run\n", ranks,
+    std::printf("%d rank(s) after a killed 2-rank run: max |weight difference| %.3g against the uninterrupted run\n", ranks,
                 diff);
     if (ranks == 2) {
       EXPECT_EQ(json::parse(test::read_text(copy + "/stopped/summary.json"))["params_sha256"],

@@ -50,6 +50,8 @@ SampleTransforms training_transforms(const DataConfig& config, const ImageSpec& 
 // What a training sampler is built from: the data set's size, the sampler stream's seed, and
 // this rank's shard.
 struct SamplerBuild {
+  SamplerBuild() = default;
+  SamplerBuild(int64_t size, uint64_t seed, Sampler::Shard shard) : size(size), seed(seed), shard(shard) {}
   int64_t size = 0;
   uint64_t seed = 0;
   Sampler::Shard shard;
