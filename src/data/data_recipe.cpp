@@ -6,6 +6,7 @@
 #include "crucible/data/augment.h"
 #include "crucible/data/global_sampler.h"
 #include "crucible/data/random_solarize.h"
+#include "crucible/data/remote.h"
 #include "crucible/data/repeated_sampler.h"
 
 namespace crucible::data {
@@ -71,6 +72,11 @@ SampleTransforms training_transforms(const DataConfig& config, const ImageSpec& 
     if (auto t = e.factory.make(config, spec)) chain.push_back(std::move(t));
   }
   return chain;
+}
+
+std::string resolved_sampler(const DataConfig& config) {
+  if (config.sampler != "auto") return config.sampler;
+  return config.dataset == DataConfig::Dataset::kImages && is_remote_path(config.train_path) ? "global" : "distributed";
 }
 
 std::shared_ptr<const Sampler> make_training_sampler(const DataConfig& config, const SamplerBuild& build) {

@@ -10,6 +10,7 @@
 #include "crucible/core/file.h"
 #include "crucible/core/folder_lock.h"
 #include "crucible/core/log.h"
+#include "crucible/data/data_recipe.h"
 
 namespace crucible::train {
 
@@ -80,6 +81,11 @@ RunDir::RunDir(const JobConfig& job, bool resume, bool restart, bool main_rank, 
       if (elastic && a[i].first == "train.batch_size") continue;
       // Where the folder is, not what it holds: a run folder copied or moved elsewhere resumes.
       if (a[i].first == "run.dir" || a[i].first == "run.name") continue;
+      // "auto" (the default since issue 37) is the order it picks: a folder that names it resumes.
+      if (a[i].first == "data.sampler" &&
+          data::resolved_sampler(stored_job.data) == data::resolved_sampler(now_job.data)) {
+        continue;
+      }
       if (a[i].second != b[i].second && !key_is_cosmetic(a[i].first)) {
         diffs += fmt::format("\n  {}: run has {}, now {}", a[i].first, a[i].second, b[i].second);
       }

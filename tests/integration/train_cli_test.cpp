@@ -488,6 +488,29 @@ TEST(TrainCli, RerunsOfFinishedOrDifferentRuns) {
   EXPECT_EQ(test::run_command(with(small_run(d, "none", 1), {"--resume"})).exit_code, 2);
 }
 
+// A run folder from before data.sampler = "auto" (issue 37) names the order "auto" picks for its
+// data, "distributed": it resumes. One moved elsewhere resumes too (run.dir and run.name say where
+// the folder is, not what it holds); another order is still another job.
+TEST(TrainCli, AFolderNamingTheOrderAutoPicksOrMovedElsewhereResumes) {
+  test::TempDir d;
+  auto stopped = test::run_command(with(small_run(d, "old", 1), {"--set", "train.max_steps=8"}));
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  std::string config = test::read_text(d / "old/config.toml");
+  const size_t at = config.find("sampler = \"auto\"");
+  ASSERT_NE(at, std::string::npos) << config;
+  config.replace(at, std::string("sampler = \"auto\"").size(), "sampler = \"distributed\"");
+  test::write_text(d / "old/config.toml", config);
+  fs::create_directories(d / "moved");
+  fs::rename(d / "old", d / "moved/old");
+  auto other = test::run_command(with(small_run(d, "old", 1), {"--set", "run.dir=" + (d / "moved"), "--set",
+                                                               "data.sampler=global"}));
+  EXPECT_EQ(other.exit_code, 2) << other.err;
+  expect_contains(other.err, "data.sampler");
+  auto resumed = test::run_command(with(small_run(d, "old", 1), {"--set", "run.dir=" + (d / "moved")}));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  expect_contains(resumed.out + resumed.err, "resumed from");
+}
+
 // The default job on 2 ranks trains as it does in one process (label slow, the longest test):
 // 128 steps of the default recipe (bf16, channels_last, AdamW one-cycle, flips, dropout,
 // label smoothing) on 32,768 samples, one process × batch 256 against `crucible launch

@@ -74,6 +74,10 @@ SamplerPiece sampler_piece(const std::string& name,
           [name, make](const DataConfig& c, const SamplerBuild& b) { return make(c.pieces.get<Options>(name), b); }};
 }
 
+// The sampler data.sampler names, with "auto" resolved: "global" for remote training data, else
+// "distributed" (a run folder written before "auto" existed names the one it picked).
+std::string resolved_sampler(const DataConfig& config);
+
 // The sampler data.sampler names (bad_input listing the known ones for another name).
 std::shared_ptr<const Sampler> make_training_sampler(const DataConfig& config, const SamplerBuild& build);
 
