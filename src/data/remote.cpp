@@ -402,11 +402,6 @@ std::optional<std::string> RemoteStore::read(const std::string& url, bool missin
   return std::move(a->body);
 }
 
-std::string RemoteStore::read_range(const std::string& url, uint64_t offset, uint64_t size) const {
-  if (size == 0) return "";
-  return impl_->request(url, "GET", offset, size, false)->body;
-}
-
 uint64_t RemoteStore::download(const std::string& url, uint64_t size, int fd) const {
   const uint64_t part = static_cast<uint64_t>(options_.part_bytes);
   const uint64_t parts = (size + part - 1) / part;

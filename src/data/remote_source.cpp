@@ -102,11 +102,12 @@ class RemoteShardSource final : public SampleSource {
     if (file == nullptr) {  // not fetched ahead: wait for it here, and keep it while there is room
       file = cache_->get(urls_[r.shard], checks_[r.shard]);
       std::lock_guard<std::mutex> lock(mu_);
-      if (pins_[r.shard] == nullptr && pinned_ + in_flight_ < ahead_ && remaining_[r.shard] != 0) {
-        pins_[r.shard] = file;  // released with the shard's last planned read, or by the next plan()
-        ++pinned_;
-      } else if (pins_[r.shard] == nullptr && generation_ == 0 && pinned_ < ahead_) {
-        pins_[r.shard] = file;  // no plan yet (a measurement, `crucible bench decode`): until the first
+      // Kept until the shard's last planned read or the next plan(); before any plan (a
+      // measurement, `crucible bench decode`) until the first.
+      const bool planned = remaining_[r.shard] != 0 && pinned_ + in_flight_ < ahead_;
+      const bool unplanned = generation_ == 0 && pinned_ < ahead_;
+      if (pins_[r.shard] == nullptr && (planned || unplanned)) {
+        pins_[r.shard] = file;
         ++pinned_;
       }
     }
@@ -238,6 +239,86 @@ constexpr const char* kAccepted =
     "accepted remote paths: tar shards (s3://bucket/train-{000000..000127}.tar, https://host/a.tar,https://host/b.tar) "
     "or a packed index (s3://bucket/set/index.crpk, or a URL ending in '/' that holds one)";
 
+// What opening found: each shard's URL and check, the samples, the classes, a note for the log.
+struct Opened {
+  std::vector<std::string> urls;
+  std::vector<ShardCheck> checks;
+  std::vector<Record> records;
+  std::vector<std::string> classes;
+  std::string note;
+};
+
+// A packed set: its index.crpk, which records each shard's size and SHA-256 (older ones: the
+// server's size and ETag).
+Opened open_packed_index(const std::string& path, const RemoteStore& store, int threads) {
+  Opened o;
+  const std::string index_url = ends_with(path, "/") ? path + "index.crpk" : path;
+  const std::string base = index_url.substr(0, index_url.find_last_of('/') + 1);
+  const PackedIndex index = parse_packed_index(*store.read(index_url), index_url);
+  o.classes = index.classes;
+  o.urls.resize(index.shards.size());
+  o.checks.resize(index.shards.size());
+  for (size_t k = 0; k < index.shards.size(); ++k) o.urls[k] = base + index.shards[k];
+  parallel_for(o.urls.size(), threads, [&](size_t k) {
+    if (!index.shard_bytes.empty()) {
+      o.checks[k].size = index.shard_bytes[k];
+      o.checks[k].sha256 = index.shard_sha256.empty() ? "" : index.shard_sha256[k];
+    } else {  // an index from before sizes were recorded: the server's word
+      const ObjectInfo info = store.stat(o.urls[k]);
+      o.checks[k].size = info.size;
+      o.checks[k].md5 = info.md5();
+    }
+  });
+  for (const auto& r : index.records) o.records.push_back({r.shard, r.offset, r.size, r.label, ""});
+  o.note = index.shard_sha256.empty() ? "sizes from the server" : "SHA-256 of each shard from the index";
+  return o;
+}
+
+// Tar shards: each shard's ".idx" sidecar, or the shard itself downloaded and indexed.
+Opened open_tar_list(const std::string& path, const RemoteStore& store, ShardCache& cache, int threads) {
+  Opened o;
+  o.urls = expand_shard_list(path);
+  for (const auto& u : o.urls) {
+    if (!is_remote_path(u) || !ends_with(u, ".tar")) {
+      throw bad_input("{}: {} is not a remote .tar shard; {}", path, u, kAccepted);
+    }
+  }
+  o.checks.resize(o.urls.size());
+  std::vector<TarShardIndex> indexes(o.urls.size());
+  std::atomic<int> from_sidecar{0}, by_download{0};
+  parallel_for(o.urls.size(), threads, [&](size_t k) {
+    const ObjectInfo info = store.stat(o.urls[k]);
+    o.checks[k].size = info.size;
+    o.checks[k].md5 = info.md5();
+    uint64_t size = 0;
+    int64_t mtime = 0;
+    const auto sidecar = store.read(o.urls[k] + ".idx", /*missing_ok=*/true);
+    if (sidecar && decode_tar_sidecar(*sidecar, &indexes[k], &size, &mtime) && size == info.size) {
+      ++from_sidecar;
+      return;
+    }
+    const auto file = cache.get(o.urls[k], o.checks[k]);  // no usable sidecar: index the shard itself
+    indexes[k] = index_tar_bytes(file->data(), file->size(), o.urls[k]);
+    ++by_download;
+  });
+  int64_t max_label = -1;
+  for (size_t k = 0; k < o.urls.size(); ++k) {
+    for (auto& m : indexes[k].samples) {
+      max_label = std::max(max_label, m.label);
+      o.records.push_back({static_cast<uint32_t>(k), m.offset, m.size, m.label, std::move(m.key)});
+    }
+  }
+  o.classes = numbered_classes(max_label);
+  o.note = fmt::format("offset indexes: {} from .idx, {} by downloading the shard", from_sidecar.load(),
+                     by_download.load());
+  if (by_download > 0) {
+    log_warn("{}: {} of {} shards have no usable .idx beside them and were downloaded at open to be indexed; "
+             "upload the <shard>.idx that opening a local shard writes",
+             path, by_download.load(), o.urls.size());
+  }
+  return o;
+}
+
 }  // namespace
 
 std::unique_ptr<SampleSource> open_remote_samples(const std::string& path, const RemoteSourceOptions& options) {
@@ -250,81 +331,18 @@ std::unique_ptr<SampleSource> open_remote_samples(const std::string& path, const
   const int threads = std::max(1, options.io_threads);
   const int ahead = options.ahead_shards > 0 ? options.ahead_shards : threads + 1;
 
-  std::vector<std::string> urls;
-  std::vector<ShardCheck> checks;
-  std::vector<Record> records;
-  std::vector<std::string> classes;
-  std::string note;
-  if (ends_with(path, "/") || ends_with(path, "index.crpk")) {
-    const std::string index_url = ends_with(path, "/") ? path + "index.crpk" : path;
-    const std::string base = index_url.substr(0, index_url.find_last_of('/') + 1);
-    const PackedIndex index = parse_packed_index(*store->read(index_url), index_url);
-    classes = index.classes;
-    urls.resize(index.shards.size());
-    checks.resize(index.shards.size());
-    for (size_t k = 0; k < index.shards.size(); ++k) urls[k] = base + index.shards[k];
-    parallel_for(urls.size(), threads, [&](size_t k) {
-      if (!index.shard_bytes.empty()) {
-        checks[k].size = index.shard_bytes[k];
-        checks[k].sha256 = index.shard_sha256.empty() ? "" : index.shard_sha256[k];
-      } else {  // an index from before sizes were recorded: the server's word
-        const ObjectInfo info = store->stat(urls[k]);
-        checks[k].size = info.size;
-        checks[k].md5 = info.md5();
-      }
-    });
-    for (const auto& r : index.records) records.push_back({r.shard, r.offset, r.size, r.label, ""});
-    note = index.shard_sha256.empty() ? "sizes from the server" : "SHA-256 of each shard from the index";
-  } else {
-    urls = expand_shard_list(path);
-    for (const auto& u : urls) {
-      if (!is_remote_path(u) || !ends_with(u, ".tar")) {
-        throw bad_input("{}: {} is not a remote .tar shard; {}", path, u, kAccepted);
-      }
-    }
-    checks.resize(urls.size());
-    std::vector<TarShardIndex> indexes(urls.size());
-    std::atomic<int> from_sidecar{0}, by_download{0};
-    parallel_for(urls.size(), threads, [&](size_t k) {
-      const ObjectInfo info = store->stat(urls[k]);
-      checks[k].size = info.size;
-      checks[k].md5 = info.md5();
-      uint64_t size = 0;
-      int64_t mtime = 0;
-      const auto sidecar = store->read(urls[k] + ".idx", /*missing_ok=*/true);
-      if (sidecar && decode_tar_sidecar(*sidecar, &indexes[k], &size, &mtime) && size == info.size) {
-        ++from_sidecar;
-        return;
-      }
-      const auto file = cache->get(urls[k], checks[k]);  // no usable sidecar: index the shard itself
-      indexes[k] = index_tar_bytes(file->data(), file->size(), urls[k]);
-      ++by_download;
-    });
-    int64_t max_label = -1;
-    for (size_t k = 0; k < urls.size(); ++k) {
-      for (auto& m : indexes[k].samples) {
-        max_label = std::max(max_label, m.label);
-        records.push_back({static_cast<uint32_t>(k), m.offset, m.size, m.label, std::move(m.key)});
-      }
-    }
-    classes = numbered_classes(max_label);
-    note = fmt::format("offset indexes: {} from .idx, {} by downloading the shard", from_sidecar.load(),
-                       by_download.load());
-    if (by_download > 0) {
-      log_warn("{}: {} of {} shards have no usable .idx beside them and were downloaded at open to be indexed; "
-               "upload the <shard>.idx that opening a local shard writes",
-               path, by_download.load(), urls.size());
-    }
-  }
+  Opened o = ends_with(path, "/") || ends_with(path, "index.crpk") ? open_packed_index(path, *store, threads)
+                                                                    : open_tar_list(path, *store, *cache, threads);
   uint64_t largest = 0;
-  for (const auto& c : checks) largest = std::max(largest, c.size);
+  for (const auto& c : o.checks) largest = std::max(largest, c.size);
   if (largest * static_cast<uint64_t>(ahead) > static_cast<uint64_t>(options.cache_bytes)) {
     throw bad_input("data.cache_bytes = {} cannot hold the {} shards read ahead (data.io_threads + 1) of up to {} bytes "
                     "each: raise it to at least {}",
                     options.cache_bytes, ahead, largest, largest * static_cast<uint64_t>(ahead));
   }
-  return std::make_unique<RemoteShardSource>(path, options, std::move(store), std::move(cache), std::move(urls),
-                                             std::move(checks), std::move(records), std::move(classes), std::move(note));
+  return std::make_unique<RemoteShardSource>(path, options, std::move(store), std::move(cache), std::move(o.urls),
+                                             std::move(o.checks), std::move(o.records), std::move(o.classes),
+                                             std::move(o.note));
 }
 
 }  // namespace crucible::data

@@ -65,8 +65,6 @@ class RemoteStore {
   ObjectInfo stat(const std::string& url) const;
   // The whole object; nullopt when it does not exist (404) and `missing_ok`.
   std::optional<std::string> read(const std::string& url, bool missing_ok = false) const;
-  // Bytes [offset, offset + size) of the object.
-  std::string read_range(const std::string& url, uint64_t offset, uint64_t size) const;
   // Writes the whole object (`size` bytes, from stat()) into `fd` at offset 0 by range requests,
   // `connections` at a time, and returns the bytes written (`size`). A body of another length is
   // a truncation (retried).
