@@ -2,6 +2,8 @@
 // processes; never more than its budget in the folder; pinned shards never evicted; a download
 // that fails its size or checksum check deleted, never used.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <sstream>
 #include <thread>
 
 #include "crucible/core/sha256.h"
@@ -172,6 +176,61 @@ TEST(ShardCache, OneDownloadPerNodeAcrossProcesses) {
   int lines = 0;
   for (std::string l; std::getline(in, l);) ++lines;
   EXPECT_EQ(lines, 1);
+}
+
+// A cache folder on a file system with less room than data.cache_bytes promises: the shard's
+// space is reserved on the disk before its download starts, so a full disk is an error that
+// names the folder and the free space, before a byte is fetched, and no part file is left.
+// The small file system is a 256 KiB tmpfs mounted in a mount namespace of a child process.
+TEST(ShardCache, AFullDiskIsSaidBeforeADownloadStarts) {
+  test::TempDir d;
+  const std::string dir = d / "cache", report = d / "report";
+  fs::create_directories(dir);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const uid_t uid = ::geteuid();
+    const gid_t gid = ::getegid();
+    if (::unshare(CLONE_NEWNS | (uid == 0 ? 0 : CLONE_NEWUSER)) != 0) ::_exit(77);
+    if (uid != 0) {
+      std::ofstream("/proc/self/setgroups") << "deny";
+      std::ofstream("/proc/self/uid_map") << "0 " << uid << " 1";
+      std::ofstream("/proc/self/gid_map") << "0 " << gid << " 1";
+    }
+    if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=256k") != 0) {
+      ::_exit(77);
+    }
+    std::atomic<int> fetches{0};
+    ShardCache cache(dir, 100 << 20, [&](const std::string& url, uint64_t size, int fd) {
+      ++fetches;
+      return write_at(fd, content(url, size));
+    }, Fake::stat);
+    std::string what = "no error";
+    try {
+      cache.get("http://h/big.tar", {1 << 20, "", ""});
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    int parts = 0;
+    for (const auto& e : fs::directory_iterator(dir)) parts += e.path().string().find(".part-") != std::string::npos;
+    std::ofstream(report) << fetches.load() << " " << parts << "\n" << what;
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "no mount namespace here: cannot mount a small tmpfs";
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  std::istringstream in(test::read_text(report));
+  int fetches = -1, parts = -1;
+  in >> fetches >> parts;
+  std::string what((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(fetches, 0) << "the download started on a disk without room for it";
+  EXPECT_EQ(parts, 0);
+  for (const std::string& part : std::vector<std::string>{"data.cache_dir " + dir, "cannot reserve 1048576 bytes for http://h/big.tar",
+                                  "No space left on device", "bytes free on its file system"}) {
+    EXPECT_NE(what.find(part), std::string::npos) << part << " not in: " << what;
+  }
 }
 
 }  // namespace

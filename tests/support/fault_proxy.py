@@ -20,11 +20,13 @@ connection has its own keep-alive connection upstream.
 """
 import argparse
 import errno
+import fcntl
 import http.client
 import http.server
 import json
 import os
 import random
+import select
 import signal
 import socket
 import struct
@@ -40,6 +42,7 @@ EXTRA_KINDS = ("corrupt",)
 CHUNK = 256 * 1024  # bytes per read/write when relaying a body
 SMALL = 64 * 1024  # a first piece up to this size goes out in the same send as the headers
 UPSTREAM_TIMEOUT_S = 60.0
+PIPE_BYTES = 1 << 20  # the splice pipe's capacity (Linux's default limit for an unprivileged process)
 
 SLOWDOWN = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
             '<Message>Please reduce your request rate.</Message>'
@@ -73,10 +76,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.proxy = self.server.proxy
         self.upstream = None  # http.client.HTTPConnection, this client connection's own
         self.buf = memoryview(bytearray(CHUNK))
+        self.pipe = None  # (read fd, write fd) for splice, made on first use
         self.proxy._connection_opened(self.connection)
 
     def finish(self):
         self._drop_upstream()
+        if self.pipe is not None:
+            for fd in self.pipe:
+                os.close(fd)
+            self.pipe = None
         self.proxy._connection_closed(self.connection)
         try:
             super().finish()
@@ -213,6 +221,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if framing == "none":
             resp.read()
             return self._send(head)
+        if framing == "length" and not truncate and not corrupt:
+            return self._splice_body(resp, head)
 
         # Truncation sends the full headers, then at most half the body (at least one byte short),
         # then closes: the client sees the connection end early.
@@ -249,6 +259,46 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
         elif framing == "chunked":
             self._send(b"0\r\n\r\n")  # the upstream's trailers, if any, are dropped
+
+    def _splice_body(self, resp, head):
+        """A whole body of known length, moved from the upstream socket to the client's in the
+        kernel (splice through a pipe): the proxy stands for a network's latency, and copying every
+        byte through Python would cost the cores the client under test runs on (bench/
+        remote_vs_local runs both on one machine)."""
+        left = resp.length
+        buffered = resp.fp.peek(1)[:left]  # what http.client read past the headers
+        if buffered:
+            resp.fp.read(len(buffered))
+            self._send(head + bytes(buffered), len(buffered))
+            left -= len(buffered)
+        else:
+            self._send(head)
+        if self.pipe is None:
+            self.pipe = os.pipe()
+            try:
+                fcntl.fcntl(self.pipe[1], fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            except OSError:
+                pass  # a smaller pipe moves the same bytes in more calls
+        r, w = self.pipe
+        src, dst = resp.fp.fileno(), self.connection.fileno()  # resp.fp: the upstream socket, also when
+        # the upstream said "Connection: close" (http.client has then let go of its own reference)
+        poller = select.poll()
+        poller.register(src, select.POLLIN)
+        while left > 0:
+            try:
+                n = os.splice(src, w, min(left, PIPE_BYTES))
+            except BlockingIOError:  # the upstream socket is non-blocking (it has a timeout)
+                if not poller.poll(UPSTREAM_TIMEOUT_S * 1000):
+                    raise TimeoutError(f"upstream sent nothing for {UPSTREAM_TIMEOUT_S:.0f} s")
+                continue
+            if n == 0:
+                raise ConnectionResetError(f"upstream closed with {left} body bytes to go")
+            self.proxy._count("bytes", n)
+            left -= n
+            while n > 0:
+                n -= os.splice(r, dst, n)
+        resp.length = 0
+        resp._close_conn()  # the body is consumed: the upstream connection stays reusable
 
     def _send(self, data, body_bytes=0):
         if body_bytes:
