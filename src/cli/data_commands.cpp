@@ -119,7 +119,7 @@ CLI::App* add_pack(CLI::App& app, PackArgs& a) {
   cmd->add_flag("--validate", a.validate, "decode every sample; report and leave out the bad ones (D5)");
   cmd->add_flag("--lmdb", a.lmdb, "write an LMDB database instead (label + original bytes per key)");
   cmd->add_option("--threads", a.threads, "worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--shard-mb", a.shard_mb, "shard size in MiB")->check(CLI::PositiveNumber);
+  cmd->add_option("--shard-mb", a.shard_mb, "shard size in MiB (fractions too: 0.25 = 256 KiB)")->check(CLI::PositiveNumber);
   cmd->add_option("--align", a.align, "sample alignment in bytes (power of two, >= 64)");
   return cmd;
 }
@@ -234,7 +234,7 @@ int run_pack(const PackArgs& a) {
   o.max_side = a.max_side;
   o.quality = a.quality;
   o.validate = a.validate;
-  o.shard_bytes = a.shard_mb << 20;
+  o.shard_bytes = std::max<int64_t>(1, static_cast<int64_t>(a.shard_mb * double(int64_t{1} << 20)));
   o.align = a.align;
   o.threads = a.threads > 0 ? a.threads : available_cores();
   const auto t0 = std::chrono::steady_clock::now();

@@ -28,7 +28,8 @@ struct PackArgs {
   std::string src, dst;
   bool reencode = false, raw = false, validate = false, lmdb = false;
   int max_side = 0, quality = 90, threads = 0;
-  int64_t shard_mb = 1024, align = 4096;
+  double shard_mb = 1024;
+  int64_t align = 4096;
 };
 
 struct BenchDecodeArgs {
