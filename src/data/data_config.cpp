@@ -67,7 +67,8 @@ void bind_data_config(DataConfig& c, ConfigSchema& s) {
   s.add("data", "cache_dir", &c.cache_dir,
         "remote data: the node's shard cache folder, shared by its ranks (\"\" = ~/.cache/crucible/shards)");
   s.add("data", "cache_bytes", &c.cache_bytes,
-        "remote data: the shard cache's size in bytes, never exceeded (least recently used shards are evicted)")
+        "remote data: the shard cache's size in bytes, never exceeded (least recently used shards are evicted); "
+        "best two shuffle windows of the largest shard, so the next window downloads while one is read")
       .min(1);
   s.add("data", "s3_endpoint", &c.s3_endpoint,
         "s3:// data from an S3-compatible store (MinIO, Ceph, R2, GCS): http(s)://host[:port], path-style; \"\" = AWS");

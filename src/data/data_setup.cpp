@@ -150,11 +150,19 @@ RemoteSourceOptions remote_source_options(const DataConfig& c, bool train) {
   }
   o.cache_bytes = c.cache_bytes;
   o.io_threads = static_cast<int>(c.io_threads);
-  // The global order reads a window of shards at a time: keep it pinned, plus what the I/O
-  // threads fetch of the next.
+  // The global order reads a window of shards at a time, all of them until its end: keep it
+  // pinned and fetch the whole next window meanwhile (at least the I/O threads' worth), or the
+  // next window's first batch waits for its shards. It works with one shard beyond the window.
   const bool global = c.sampler == "global" || c.sampler == "auto";
   const int64_t window = c.pieces.get<GlobalOrderOptions>("global").shuffle_window;
-  o.ahead_shards = static_cast<int>(train && global && window > 0 ? window + c.io_threads : c.io_threads + 1);
+  if (train && global && window > 0) {
+    o.ahead_shards = static_cast<int>(window + std::max<int64_t>(window, c.io_threads));
+    o.least_ahead_shards = static_cast<int>(window + 1);
+    o.ahead_why = fmt::format("data.shuffle_window = {}: the window being read and the next", window);
+  } else {
+    o.ahead_shards = static_cast<int>(c.io_threads + 1);
+    o.ahead_why = "data.io_threads + 1";
+  }
   return o;
 }
 

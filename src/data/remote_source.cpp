@@ -321,6 +321,29 @@ Opened open_tar_list(const std::string& path, const RemoteStore& store, ShardCac
 
 }  // namespace
 
+int shards_read_ahead(const RemoteSourceOptions& options, int64_t shards, uint64_t largest) {
+  const int io = std::max(1, options.io_threads);
+  const int want = options.ahead_shards > 0 ? options.ahead_shards : io + 1;
+  const std::string why = options.ahead_why.empty() ? "data.io_threads + 1" : options.ahead_why;
+  const auto cap = [&](int64_t n) { return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(n, shards))); };
+  const int ahead = cap(want);
+  const int least = cap(options.least_ahead_shards > 0 ? std::min(options.least_ahead_shards, want) : want);
+  const auto budget = static_cast<uint64_t>(std::max<int64_t>(0, options.cache_bytes));
+  if (largest == 0 || largest * static_cast<uint64_t>(ahead) <= budget) return ahead;
+  const auto fits = static_cast<int>(std::min<uint64_t>(budget / largest, static_cast<uint64_t>(ahead)));
+  if (fits < least) {
+    throw bad_input("data.cache_bytes = {} holds {} shard(s) of up to {} bytes; reading needs {} at least ({}) and "
+                    "reads best with {}: raise it to at least {} (best {})",
+                    options.cache_bytes, fits, largest, least, why, ahead, largest * static_cast<uint64_t>(least),
+                    largest * static_cast<uint64_t>(ahead));
+  }
+  log_warn("data.cache_bytes = {} holds {} of the {} shards of up to {} bytes that reading ahead wants ({}): the rest "
+           "are fetched when they are read, and decoding waits for them. Raise data.cache_bytes to {} to fetch all "
+           "of them ahead",
+           options.cache_bytes, fits, ahead, largest, why, largest * static_cast<uint64_t>(ahead));
+  return fits;
+}
+
 std::unique_ptr<SampleSource> open_remote_samples(const std::string& path, const RemoteSourceOptions& options) {
   if (options.cache_dir.empty()) throw bad_input("{}: remote data needs data.cache_dir, a folder on this node", path);
   auto store = std::make_shared<RemoteStore>(options.remote);
@@ -329,18 +352,14 @@ std::unique_ptr<SampleSource> open_remote_samples(const std::string& path, const
       [store](const std::string& url, uint64_t size, int fd) { return store->download(url, size, fd); },
       [store](const std::string& url) { return store->stat(url).size; }, options.remote.tries);
   const int threads = std::max(1, options.io_threads);
-  const int ahead = options.ahead_shards > 0 ? options.ahead_shards : threads + 1;
 
   Opened o = ends_with(path, "/") || ends_with(path, "index.crpk") ? open_packed_index(path, *store, threads)
                                                                     : open_tar_list(path, *store, *cache, threads);
   uint64_t largest = 0;
   for (const auto& c : o.checks) largest = std::max(largest, c.size);
-  if (largest * static_cast<uint64_t>(ahead) > static_cast<uint64_t>(options.cache_bytes)) {
-    throw bad_input("data.cache_bytes = {} cannot hold the {} shards read ahead (data.io_threads + 1) of up to {} bytes "
-                    "each: raise it to at least {}",
-                    options.cache_bytes, ahead, largest, largest * static_cast<uint64_t>(ahead));
-  }
-  return std::make_unique<RemoteShardSource>(path, options, std::move(store), std::move(cache), std::move(o.urls),
+  RemoteSourceOptions fitted = options;
+  fitted.ahead_shards = shards_read_ahead(options, static_cast<int64_t>(o.urls.size()), largest);
+  return std::make_unique<RemoteShardSource>(path, fitted, std::move(store), std::move(cache), std::move(o.urls),
                                              std::move(o.checks), std::move(o.records), std::move(o.classes),
                                              std::move(o.note));
 }

@@ -15,7 +15,11 @@
 #include <sstream>
 #include <thread>
 
+#include "crucible/core/config.h"
 #include "crucible/core/sha256.h"
+#include "crucible/data/data_config.h"
+#include "crucible/data/data_setup.h"
+#include "crucible/data/remote_source.h"
 #include "crucible/data/shard_cache.h"
 #include "test_util.h"
 
@@ -231,6 +235,39 @@ TEST(ShardCache, AFullDiskIsSaidBeforeADownloadStarts) {
                                   "No space left on device", "bytes free on its file system"}) {
     EXPECT_NE(what.find(part), std::string::npos) << part << " not in: " << what;
   }
+}
+
+// Reading ahead (issue 37): the global order reads all the shards of a window until its end, so
+// the I/O threads fetch the whole next window meanwhile (the window and the next pinned), or the
+// next window's first batch waits for downloads. A smaller cache reads ahead what it holds, down
+// to the window and one more; below that the run cannot stream and is refused.
+TEST(ReadAhead, TheWindowBeingReadAndTheNextWithinTheCache) {
+  DataConfig c;
+  ConfigSchema schema;
+  bind_data_config(c, schema);
+  for (const auto& o : {"data.sampler=global", "data.shuffle_window=16", "data.io_threads=4"}) schema.apply_override(o);
+  const uint64_t shard = 1000;
+  RemoteSourceOptions o = remote_source_options(c, /*train=*/true);
+  o.cache_bytes = 40 * shard;
+  EXPECT_EQ(shards_read_ahead(o, 128, shard), 32);  // 16 being read + the next 16
+  EXPECT_EQ(shards_read_ahead(o, 20, shard), 20);   // never more than there are
+  o.cache_bytes = 20 * shard + 999;
+  EXPECT_EQ(shards_read_ahead(o, 128, shard), 20);  // what the cache holds (a warning says what waits)
+  o.cache_bytes = 16 * shard;
+  test::expect_bad_input([&] { shards_read_ahead(o, 128, shard); },
+                         {"data.cache_bytes = 16000 holds 16 shard(s) of up to 1000 bytes", "17 at least",
+                          "data.shuffle_window = 16", "at least 17000 (best 32000)"});
+  // A window smaller than the I/O threads: they fetch their number of the next windows' shards.
+  schema.apply_override("data.shuffle_window=2");
+  o = remote_source_options(c, true);
+  o.cache_bytes = 100 * shard;
+  EXPECT_EQ(shards_read_ahead(o, 128, shard), 6);
+  // Evaluation (sequential shards): the I/O threads' shards and one, all required.
+  o = remote_source_options(c, /*train=*/false);
+  o.cache_bytes = 100 * shard;
+  EXPECT_EQ(shards_read_ahead(o, 128, shard), 5);
+  o.cache_bytes = 4 * shard;
+  test::expect_bad_input([&] { shards_read_ahead(o, 128, shard); }, {"holds 4 shard(s)", "data.io_threads + 1"});
 }
 
 }  // namespace

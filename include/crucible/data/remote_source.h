@@ -28,10 +28,17 @@ struct RemoteSourceOptions {
   int64_t cache_bytes = 0;      // data.cache_bytes
   int io_threads = 4;           // data.io_threads: shards fetched at once
   int ahead_shards = 0;         // shards pinned ahead of the reader; 0: io_threads + 1
+  int least_ahead_shards = 0;   // the fewest that reading works with; 0: ahead_shards
+  std::string ahead_why;        // what ahead_shards covers, for the log
 };
 
-// bad_input when the path is neither form, when the cache cannot hold `ahead_shards` of the
-// largest shard, and for each refusal of remote.h.
+// Reading ahead within the cache: `ahead_shards` when data.cache_bytes holds that many of the
+// largest shard, else as many as it holds (a warning says what waits for downloads then), and
+// bad_input below `least_ahead_shards`. Never more than the shards there are.
+int shards_read_ahead(const RemoteSourceOptions& options, int64_t shards, uint64_t largest_shard_bytes);
+
+// bad_input when the path is neither form, when the cache cannot hold `least_ahead_shards` of
+// the largest shard, and for each refusal of remote.h.
 std::unique_ptr<SampleSource> open_remote_samples(const std::string& path, const RemoteSourceOptions& options);
 
 }  // namespace crucible::data
