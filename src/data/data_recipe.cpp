@@ -31,8 +31,7 @@ std::shared_ptr<const Sampler> make_global_sampler(const GlobalOrderOptions& o, 
 // data.sampler = "auto": "global" for remote data (a bounded cache needs its windows), else
 // "distributed" (X1: PyTorch's order).
 std::shared_ptr<const Sampler> make_auto_sampler(const DataConfig& c, const SamplerBuild& b) {
-  if (b.remote) return make_global_sampler(c.pieces.get<GlobalOrderOptions>("global"), b);
-  return make_distributed_sampler(c, b);
+  return sampler_registry().get(resolved_sampler("auto", b.remote), "data.sampler").factory.make(c, b);
 }
 
 }  // namespace
@@ -74,9 +73,14 @@ SampleTransforms training_transforms(const DataConfig& config, const ImageSpec& 
   return chain;
 }
 
+std::string resolved_sampler(const std::string& name, bool remote) {
+  if (name != "auto") return name;
+  return remote ? "global" : "distributed";
+}
+
 std::string resolved_sampler(const DataConfig& config) {
-  if (config.sampler != "auto") return config.sampler;
-  return config.dataset == DataConfig::Dataset::kImages && is_remote_path(config.train_path) ? "global" : "distributed";
+  return resolved_sampler(config.sampler,
+                          config.dataset == DataConfig::Dataset::kImages && is_remote_path(config.train_path));
 }
 
 std::shared_ptr<const Sampler> make_training_sampler(const DataConfig& config, const SamplerBuild& build) {

@@ -153,7 +153,7 @@ RemoteSourceOptions remote_source_options(const DataConfig& c, bool train) {
   // The global order reads a window of shards at a time, all of them until its end: keep it
   // pinned and fetch the whole next window meanwhile (at least the I/O threads' worth), or the
   // next window's first batch waits for its shards. It works with one shard beyond the window.
-  const bool global = c.sampler == "global" || c.sampler == "auto";
+  const bool global = resolved_sampler(c.sampler, /*remote=*/true) == "global";
   const int64_t window = c.pieces.get<GlobalOrderOptions>("global").shuffle_window;
   if (train && global && window > 0) {
     o.ahead_shards = static_cast<int>(window + std::max<int64_t>(window, c.io_threads));

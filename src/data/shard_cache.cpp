@@ -220,16 +220,15 @@ void ShardCache::reserve(uint64_t size, const std::string& part_path, const std:
       // The reservation, counted from now on: the blocks themselves (a full disk says so here,
       // not halfway through a download; and ext4 maps the written pages faster into allocated
       // blocks), or the size alone where the file system cannot allocate ahead.
-      if (::fallocate(part.fd, 0, 0, static_cast<off_t>(size)) != 0) {
-        const int e = errno;
-        if (e == ENOSPC || e == EDQUOT || ::ftruncate(part.fd, static_cast<off_t>(size)) != 0) {
-          ::unlink(part_path.c_str());
-          struct statvfs fs {};
-          const int64_t free_bytes = ::statvfs(dir_.c_str(), &fs) == 0 ? static_cast<int64_t>(fs.f_bavail * fs.f_frsize) : -1;
-          throw runtime_error("data.cache_dir {}: cannot reserve {} bytes for {}: {} ({} bytes free on its file system). "
-                              "Free space there, or lower data.cache_bytes (now {}) to what the disk holds",
-                              dir_, size, url, errno_text(e == ENOSPC || e == EDQUOT ? e : errno), free_bytes, max_bytes_);
-        }
+      int e = ::fallocate(part.fd, 0, 0, static_cast<off_t>(size)) == 0 ? 0 : errno;
+      if (e != 0 && e != ENOSPC && e != EDQUOT) e = ::ftruncate(part.fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
+      if (e != 0) {
+        ::unlink(part_path.c_str());
+        struct statvfs fs {};
+        const int64_t free_bytes = ::statvfs(dir_.c_str(), &fs) == 0 ? static_cast<int64_t>(fs.f_bavail * fs.f_frsize) : -1;
+        throw runtime_error("data.cache_dir {}: cannot reserve {} bytes for {}: {} ({} bytes free on its file system). "
+                            "Free space there, or lower data.cache_bytes (now {}) to what the disk holds",
+                            dir_, size, url, errno_text(e), free_bytes, max_bytes_);
       }
       return;
     }

@@ -74,8 +74,11 @@ SamplerPiece sampler_piece(const std::string& name,
           [name, make](const DataConfig& c, const SamplerBuild& b) { return make(c.pieces.get<Options>(name), b); }};
 }
 
-// The sampler data.sampler names, with "auto" resolved: "global" for remote training data, else
-// "distributed" (a run folder written before "auto" existed names the one it picked).
+// The sampler `name` (data.sampler) stands for, "auto" resolved: "global" for remote data, else
+// "distributed". The one place that rule lives.
+std::string resolved_sampler(const std::string& name, bool remote);
+// The same for a job's training data (a run folder written before "auto" existed names the one
+// it picked).
 std::string resolved_sampler(const DataConfig& config);
 
 // The sampler data.sampler names (bad_input listing the known ones for another name).
