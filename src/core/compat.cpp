@@ -297,7 +297,14 @@ std::string set_deterministic(bool on) {
                      : fmt::format("CUBLAS_WORKSPACE_CONFIG=:4096:8 (was \"{}\", which is not deterministic)", old);
 }
 
-void set_matmul_precision(const std::string& precision) { at::globalContext().setFloat32MatmulPrecision(precision); }
+void set_matmul_precision(const std::string& precision) {
+  at::globalContext().setFloat32MatmulPrecision(precision);
+  // cuDNN's convolutions have their own TF32 switch, on in torch by default: "highest" means no
+  // TF32 anywhere, so it follows the matmul precision (T5: the same rule for convs and matmuls).
+  at::globalContext().setAllowTF32CuDNN(precision != "highest");
+}
+
+Tf32 tf32_in_effect() { return {at::globalContext().allowTF32CuBLAS(), at::globalContext().allowTF32CuDNN()}; }
 
 std::string matmul_precision() {
   switch (at::globalContext().float32MatmulPrecision()) {

@@ -18,6 +18,7 @@
 #include "crucible/core/memory.h"
 #include "crucible/core/rng.h"
 #include "crucible/core/thread_pool.h"
+#include "crucible/data/device_feeder.h"
 #include "crucible/data/device_input.h"
 #include "crucible/data/loader.h"
 #include "crucible/data/source.h"
@@ -271,13 +272,16 @@ void assemble_precision(Job& job, const StoredChoices& stored) {
   if (precision.channels_last) nn::to_channels_last(*job.model);
   const data::ImageSpec spec = job.train_loader->pipeline().output_spec();
   job.input = std::make_unique<data::DeviceInput>(spec, normalize_options(c), job.device, precision.channels_last);
+  // D9: on a GPU the next data.prefetch batches are copied on a side stream while a step runs.
+  job.feeder = std::make_unique<data::DeviceFeeder>(
+      *job.input, job.device, data::DeviceFeeder::Options{job.device.is_cuda() ? c.data.prefetch : 0, false});
   // Law 3: the input the model takes — as built, or as trained (a checkpoint's) — against what
   // the pipeline delivers; a model trained here keeps the pipeline's convention from now on.
   const nn::InputSpec expected = stored.input ? *stored.input : job.model->input_spec();
   nn::check_input(expected, job.input->delivers(),
                   stored.input ? "the model in " + stored.input_source : "model " + c.model.name);
   job.model_input = expected.order ? expected : expected.trained_on(job.input->delivers());
-  log_info("input: {}; loader: {}, prefetch {}, bad samples: {}", job.input->describe(),
+  log_info("input: {}, {}; loader: {}, prefetch {}, bad samples: {}", job.input->describe(), job.feeder->describe(),
            job.loader_choice.empty() ? fmt::format("{} thread(s)", job.loader_threads) : job.loader_choice,
            c.data.prefetch, data::bad_sample_policy_name(c.data.bad_samples));
   if (precision.mixed() && !compat::autocast_supported(job.device.type(), autocast_dtype(precision))) {

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "crucible/core/sha256.h"
+#include "crucible/data/device_feeder.h"
 #include "crucible/data/device_input.h"
 #include "crucible/data/loader.h"
 #include "crucible/distributed/comm.h"

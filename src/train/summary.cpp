@@ -296,6 +296,7 @@ json summary_json(Job& job, const RunState& st, SessionRecord& session, const Tr
             {"loss_scale_growth_tracker", job.scaler.enabled() ? json(job.scaler.growth_tracker()) : json(nullptr)},
             {"threads", compat::num_threads()},
             {"matmul_precision", compat::matmul_precision()},  // T5, read back from torch
+            {"tf32", json{{"matmul", compat::tf32_in_effect().matmul}, {"conv", compat::tf32_in_effect().conv}}},  // T5
             {"cudnn_benchmark", compat::cudnn_benchmark()},    // T9, read back from torch
             {"world_size", job.world.size},
             {"restarts", job.world.restarts},  // crucible launch / torchrun --max-restarts

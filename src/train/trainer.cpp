@@ -17,6 +17,7 @@
 #include "crucible/core/error.h"
 #include "crucible/core/host_read.h"
 #include "crucible/core/log.h"
+#include "crucible/data/device_feeder.h"
 #include "crucible/data/device_input.h"
 #include "crucible/data/loader.h"
 #include "crucible/distributed/comm.h"
@@ -59,7 +60,7 @@ class Loop {
 
  private:
   void run_epochs(int64_t stop_step);
-  void train_step(const data::Batch& batch, const Schedule::Point& sp, bool* stop);
+  void train_step(data::FedBatch& fed, const Schedule::Point& sp, bool* stop);
   void save_checkpoint();
   void evaluate();
   void read_interval(double lr, double momentum);
@@ -96,10 +97,11 @@ void Loop::run_epochs(int64_t stop_step) {
   obs::PhaseClock& clock = *job_.clock;
   while (st_.step < stop_step && st_.epoch < c.train.epochs) {
     job_.train_loader->start_epoch(st_.epoch, st_.batch_in_epoch);
+    job_.feeder->reset();
     while (st_.step < stop_step) {
       step_begin = Clock::now();
       clock.start();
-      std::optional<data::Batch> batch = job_.train_loader->next();
+      std::optional<data::FedBatch> batch = job_.feeder->take([this] { return job_.train_loader->next(); });
       if (!batch) break;
       clock.lap(Phase::kDataWait);
       st_.data_wait_seconds += seconds_since(step_begin);
@@ -137,8 +139,10 @@ void Loop::run_epochs(int64_t stop_step) {
 // One optimizer step on `batch`: onto the device, through the batch transforms, the step (with
 // the gradients handed to the observers that ask for them), then the counters, the sinks and
 // the step observers.
-void Loop::train_step(const data::Batch& batch, const Schedule::Point& sp, bool* stop) {
-  DeviceBatch b{job_.input->images(batch), job_.input->labels(batch), st_.step, job_.world.rank, batch.epoch,
+void Loop::train_step(data::FedBatch& fed, const Schedule::Point& sp, bool* stop) {
+  job_.feeder->hand_over(fed);  // D9: the compute stream waits for the batch's copy
+  const data::Batch& batch = fed.host;
+  DeviceBatch b{std::move(fed.images), std::move(fed.labels), st_.step, job_.world.rank, batch.epoch,
                 batch.sample_ids, batch.copies};
   apply_batch_transforms(job_.batch_transforms, b);
   for (auto& o : job_.observers) o->before_step(b);

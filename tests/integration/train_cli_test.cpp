@@ -155,7 +155,14 @@ TEST(TrainCli, MatmulPrecisionAndCudnnBenchmarkAreReadBackT5T9) {
   };
   auto [medium, medium_out] = run("medium", {"--set", "train.matmul_precision=medium"});
   EXPECT_EQ(medium["matmul_precision"], "medium");
+  EXPECT_EQ(medium["tf32"]["matmul"], true);
+  EXPECT_EQ(medium["tf32"]["conv"], true);
   EXPECT_EQ(medium["cudnn_benchmark"], true);
+  // "highest": no TF32 anywhere, convolutions included (torch's own default leaves them on).
+  auto [highest, highest_out] = run("highest", {"--set", "train.matmul_precision=highest"});
+  EXPECT_EQ(highest["matmul_precision"], "highest");
+  EXPECT_EQ(highest["tf32"]["matmul"], false);
+  EXPECT_EQ(highest["tf32"]["conv"], false);
   auto [high, high_out] = run("high", {"--set", "train.matmul_precision=high", "--set", "train.multi_scale=[20, 28]"});
   EXPECT_EQ(high["matmul_precision"], "high");
   EXPECT_EQ(high["cudnn_benchmark"], false);

@@ -3,10 +3,18 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <c10/core/StreamGuard.h>
+
 #include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "crucible/core/compat.h"
+#include "crucible/data/device_feeder.h"
 #include "crucible/data/device_input.h"
 #include "crucible/train/checkpoint.h"
 #include "crucible/train/trainer.h"
@@ -127,6 +135,75 @@ TEST(DeviceInput, CopiesNeverWaitForTheGpuD9_CUDA) {
   EXPECT_EQ(x.sizes(), (at::IntArrayRef{4, 1, 28, 28}));
 }
 
+// T5: TF32 is in effect on the GPU exactly when train.matmul_precision says so, measured, not read
+// from a flag: the error of a float32 product against a float64 one. TF32 keeps 10 mantissa bits
+// (a relative error near 1e-3); float32 keeps 23 (near 1e-6). "highest" must hold convolutions to
+// float32 too (torch leaves cuDNN's TF32 on by default; compat turns it off with the matmuls').
+TEST(Compat, Tf32IsUsedExactlyWhenMatmulPrecisionSaysSoT5_CUDA) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device dev(c10::DeviceType::CUDA, 0);
+  const auto f64 = at::TensorOptions().device(dev).dtype(at::kDouble);
+  const at::Tensor a = at::randn({1024, 1024}, f64), b = at::randn({1024, 1024}, f64);
+  const at::Tensor x = at::randn({8, 64, 32, 32}, f64), w = at::randn({64, 64, 3, 3}, f64);
+  auto relative = [](const at::Tensor& got, const at::Tensor& want) {
+    return ((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>();
+  };
+  const std::string was = compat::matmul_precision();
+  for (const std::string precision : {"highest", "high", "highest"}) {
+    compat::set_matmul_precision(precision);
+    const double mm = relative(at::mm(a.to(at::kFloat), b.to(at::kFloat)), at::mm(a, b));
+    const double conv = relative(at::conv2d(x.to(at::kFloat), w.to(at::kFloat)), at::conv2d(x, w));
+    std::printf("matmul_precision %s: matmul error %.2e, convolution error %.2e, tf32 {matmul %d, conv %d}\n",
+                precision.c_str(), mm, conv, compat::tf32_in_effect().matmul, compat::tf32_in_effect().conv);
+    if (precision == "highest") {
+      EXPECT_LT(mm, 1e-5) << "TF32 (or worse) in a float32 matmul at matmul_precision = highest";
+      EXPECT_LT(conv, 1e-5) << "TF32 (or worse) in a float32 convolution at matmul_precision = highest";
+      EXPECT_FALSE(compat::tf32_in_effect().matmul || compat::tf32_in_effect().conv);
+    } else {
+      EXPECT_GT(mm, 1e-4) << "matmul_precision = high but the matmul ran in full float32: TF32 not in effect";
+      EXPECT_TRUE(compat::tf32_in_effect().matmul && compat::tf32_in_effect().conv);
+      // cuDNN may still pick a float32 algorithm for a convolution where TF32 is allowed: said, not failed.
+      if (conv < 1e-5) std::printf("note: cuDNN chose a full-float32 convolution with TF32 allowed\n");
+    }
+  }
+  compat::set_matmul_precision(was);
+}
+
+// T13 on the GPU: with train.release_cache each epoch end gives the CUDA caching allocator's
+// unused blocks back (what the evaluation's larger batches left cached), and the memory held
+// after it is below the same run's without the release; the weights do not change (deterministic
+// kernels, so that two GPU runs can be compared bit for bit). Through the program, as a user runs it.
+TEST(Trainer, EpochEndsGiveTheGpuCacheBackT13_CUDA) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  test::TempDir d;
+  auto run = [&](const std::string& name, const std::string& release) {
+    const auto r = test::run_command({test::crucible_binary(), "train", "--set", "run.dir=" + d.path(), "--set",
+                                      "run.name=" + name, "--set", "train.device=cuda", "--set",
+                                      "data.train_samples=2048", "--set", "data.test_samples=2000", "--set",
+                                      "train.epochs=2", "--set", "train.batch_size=128", "--set",
+                                      "train.eval_batch_size=1000", "--set", "train.release_cache=" + release, "--set",
+                                      "train.deterministic=true", "--set", "log.progress=none"});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    return nlohmann::json::parse(test::read_text(d.path() + "/" + name + "/summary.json"));
+  };
+  const nlohmann::json on = run("release", "true"), off = run("keep", "false");
+  const nlohmann::json& m = on["epoch_end_memory"];
+  ASSERT_EQ(m["released_bytes"].size(), 2u) << m.dump();
+  ASSERT_EQ(off["epoch_end_memory"]["held_bytes"].size(), 2u);
+  EXPECT_TRUE(off["epoch_end_memory"]["released_bytes"].empty());
+  constexpr int64_t kMiB = 1 << 20;
+  for (size_t e = 0; e < 2; ++e) {
+    const int64_t released = m["released_bytes"][e], held = m["held_bytes"][e];
+    const int64_t kept = off["epoch_end_memory"]["held_bytes"][e];
+    std::printf("GPU epoch %zu end: released %lld MiB, holding %lld MiB (without the release: %lld MiB)\n", e + 1,
+                static_cast<long long>(released / kMiB), static_cast<long long>(held / kMiB),
+                static_cast<long long>(kept / kMiB));
+    EXPECT_GE(released, 8 * kMiB) << m.dump();
+    EXPECT_LE(held + 8 * kMiB, kept) << m.dump() << off["epoch_end_memory"].dump();
+  }
+  EXPECT_EQ(on["params_sha256"], off["params_sha256"]);
+}
+
 // The GPU's generator (dropout on the GPU) round-trips through its state, which checkpoints of
 // GPU runs keep as rng.torch_cuda; a resumed run continues the same dropout stream.
 TEST(Compat, GpuGeneratorStateRoundTrips_CUDA) {
@@ -161,3 +238,118 @@ TEST(Trainer, GpuCheckpointKeepsTheDropoutGenerator_CUDA) {
 
 }  // namespace
 }  // namespace crucible::train
+
+namespace crucible::data {
+namespace {
+
+bool have_gpu() { return compat::cuda_device_count() > 0; }
+
+// Device work that takes a while, on the current stream (matrix products of 2048², ~1 ms each on
+// an H100), for the tests below to hold a stream busy without the host waiting.
+void keep_busy(c10::Device dev, int products) {
+  const at::Tensor w = at::full({2048, 2048}, 1.0 / 2048, at::TensorOptions().device(dev));
+  at::Tensor acc = w;
+  for (int i = 0; i < products; ++i) acc = at::mm(acc, w);
+}
+
+// `n` batches of `images` RGB images of `side`² pixels in pinned memory (the trainer's
+// allocator), batch k filled with the byte value_of(k), labels k.
+struct PinnedBatches {
+  c10::Device dev;
+  int64_t n, images, side;
+  int64_t made = 0;
+  static uint8_t value_of(int64_t k) { return static_cast<uint8_t>((k * 37 + 11) % 256); }
+  ImageSpec spec() const { return ImageSpec{side, side, 3, ColorOrder::kRGB, ValueRange::kByte}; }
+  std::optional<Batch> operator()() {
+    if (made == n) return std::nullopt;
+    Batch b;
+    b.spec = spec();
+    b.pixels = DeviceInput::batch_allocator(dev)(static_cast<size_t>(images * side * side * 3));
+    std::memset(b.pixels.data(), value_of(made), b.pixels.size());
+    b.labels.assign(static_cast<size_t>(images), made);
+    for (int64_t i = 0; i < images; ++i) b.sample_ids.push_back(made * images + i);
+    ++made;
+    return b;
+  }
+};
+
+// D9: each batch's copy and conversion run on the copy stream while the steps before it compute
+// (read from device-timeline marks: no host clock, no synchronisation), and the loop of take,
+// hand over and compute never synchronises with the host (sync-debug mode "error" raises on any
+// synchronising call; T6).
+TEST(DeviceFeeder, CopiesRunBesideTheStepOnASideStreamD9_CUDA) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device dev(c10::DeviceType::CUDA, 0);
+  PinnedBatches loader{dev, 10, 64, 384};  // 28 MB a batch
+  const DeviceInput in(loader.spec(), {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}, ValueRange::kUnit}, dev, true);
+  const int64_t ahead = 2;
+  DeviceFeeder f(in, dev, {ahead, /*time_copies=*/true});
+  ASSERT_TRUE(f.on_side_stream()) << f.describe();
+  const auto origin = compat::record_timeline_mark(dev);
+  std::vector<FedBatch> fed;
+  std::vector<std::shared_ptr<compat::TimelineMark>> begin, end;
+  compat::set_sync_debug_mode("error");
+  EXPECT_NO_THROW({
+    while (std::optional<FedBatch> b = f.take([&loader] { return loader(); })) {
+      f.hand_over(*b);
+      begin.push_back(compat::record_timeline_mark(dev));
+      keep_busy(dev, 8);
+      (void)b->images.sum();
+      end.push_back(compat::record_timeline_mark(dev));
+      fed.push_back(std::move(*b));
+    }
+  });
+  compat::set_sync_debug_mode("off");
+  ASSERT_EQ(fed.size(), 10u);
+  auto at = [&origin](compat::TimelineMark& m) { return compat::timeline_seconds(*origin, m); };
+  // Batches ahead + 1 on were queued while earlier steps computed: their copies should lie
+  // within the steps' time, not between them.
+  double copying = 0, beside = 0;
+  for (size_t k = static_cast<size_t>(ahead) + 1; k < fed.size(); ++k) {
+    ASSERT_TRUE(fed[k].copy_begin && fed[k].copy_end);
+    const double c0 = at(*fed[k].copy_begin), c1 = at(*fed[k].copy_end);
+    copying += c1 - c0;
+    for (size_t s = 0; s < begin.size(); ++s) {
+      beside += std::max(0.0, std::min(c1, at(*end[s])) - std::max(c0, at(*begin[s])));
+    }
+    // Handed over only after its copy: step k began after batch k's copy ended.
+    EXPECT_GE(at(*begin[k]), c1) << "step " << k << " began before its batch was on the device";
+  }
+  EXPECT_GT(copying, 0);
+  EXPECT_GE(beside, 0.8 * copying) << "copies " << copying * 1e3 << " ms, of which beside a step " << beside * 1e3
+                                   << " ms: copy and compute took turns";
+}
+
+// D9: no batch changes while it is copied or read. The copy stream is held busy so that every
+// copy is still queued when the host lets go of its pinned buffer and the next pull writes a
+// new batch (torch's host allocator must not hand the buffer out again); each step then reads
+// its batch after a delay on the compute stream, while the next copies land (the device
+// allocator must not give its blocks to them). Every batch must read back as what was written.
+TEST(DeviceFeeder, ABatchNeverChangesWhileItIsCopiedOrReadD9_CUDA) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device dev(c10::DeviceType::CUDA, 0);
+  PinnedBatches loader{dev, 12, 32, 256};
+  const DeviceInput in(loader.spec(), {{0, 0, 0}, {1, 1, 1}, ValueRange::kUnit}, dev, false);  // x/255
+  DeviceFeeder f(in, dev, {3, false});
+  {
+    c10::StreamGuard on_copy(f.copy_stream());
+    keep_busy(dev, 40);
+  }
+  std::vector<at::Tensor> seen;  // [min, max] of each batch as the step read it, on the device
+  while (std::optional<FedBatch> b = f.take([&loader] { return loader(); })) {
+    f.hand_over(*b);
+    keep_busy(dev, 6);
+    seen.push_back(at::stack({b->images.min(), b->images.max(), b->labels.to(at::kFloat).mean()}));
+  }  // each FedBatch dies here, before the next take queues more copies
+  ASSERT_EQ(seen.size(), 12u);
+  for (size_t k = 0; k < seen.size(); ++k) {
+    const at::Tensor s = seen[k].cpu();
+    const float want = static_cast<float>(PinnedBatches::value_of(static_cast<int64_t>(k))) / 255.0f;
+    EXPECT_NEAR(s[0].item<float>(), want, 1e-6) << "batch " << k << " changed while it was copied or read";
+    EXPECT_NEAR(s[1].item<float>(), want, 1e-6) << "batch " << k;
+    EXPECT_EQ(s[2].item<float>(), static_cast<float>(k)) << "batch " << k << "'s labels";
+  }
+}
+
+}  // namespace
+}  // namespace crucible::data

@@ -98,8 +98,15 @@ void reset_device_peak(c10::Device device);
 std::string set_deterministic(bool on);
 // T5: "highest" | "high" | "medium" (TF32 and bf16 matmuls where the device has them).
 void set_matmul_precision(const std::string& precision);
+// "highest" also turns cuDNN's TF32 convolutions off (torch leaves them on by default); the
+// others leave them on.
 // What torch will use, read back from its context (the value summary.json records).
 std::string matmul_precision();
+// Whether cuBLAS matmuls and cuDNN convolutions may use TF32 (read back from torch's context).
+struct Tf32 {
+  bool matmul = false, conv = false;
+};
+Tf32 tf32_in_effect();
 // T9: cuDNN autotuning for fixed input shapes; cudnn_benchmark reads torch's switch back.
 void set_cudnn_benchmark(bool on);
 bool cudnn_benchmark();

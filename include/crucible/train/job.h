@@ -27,6 +27,7 @@
 namespace crucible::data {
 class Loader;
 class DeviceInput;
+class DeviceFeeder;
 }  // namespace crucible::data
 namespace crucible::distributed {
 class Comm;
@@ -87,6 +88,7 @@ struct Job {
   std::unique_ptr<nn::Model> model;
   std::unique_ptr<Loss> loss;
   std::unique_ptr<data::DeviceInput> input;
+  std::unique_ptr<data::DeviceFeeder> feeder;  // D9: the training batches onto the device, ahead on a GPU
   nn::InputSpec model_input;  // what the model takes (saved in checkpoints)
 
   // Precision.
