@@ -273,6 +273,7 @@ json summary_json(Job& job, const RunState& st, SessionRecord& session, const Tr
             {"bad_samples_skipped", job.train_loader->skipped_count() + job.test_loader->skipped_count()},
             {"skipped_samples", skipped},
             {"io", io_json(job, session)},  // D11
+            {"device_peak_bytes", compat::device_peak_bytes(job.device)},  // the GPU allocator's peak; 0 on CPU
             {"epoch_end_memory", json{{"release", job.config.train.release_cache},  // T13
                                       {"released_bytes", session.released_bytes},
                                       {"held_bytes", session.held_bytes_after}}},
