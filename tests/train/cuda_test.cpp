@@ -244,7 +244,7 @@ namespace {
 
 bool have_gpu() { return compat::cuda_device_count() > 0; }
 
-// Device work that takes a while, on the current stream (matrix products of 2048², ~1 ms each on
+// Device work that takes a while, on the current stream (float32 products of 2048², ~0.3 ms each on
 // an H100), for the tests below to hold a stream busy without the host waiting.
 void keep_busy(c10::Device dev, int products) {
   const at::Tensor w = at::full({2048, 2048}, 1.0 / 2048, at::TensorOptions().device(dev));
@@ -280,7 +280,9 @@ struct PinnedBatches {
 TEST(DeviceFeeder, CopiesRunBesideTheStepOnASideStreamD9_CUDA) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const c10::Device dev(c10::DeviceType::CUDA, 0);
-  PinnedBatches loader{dev, 10, 64, 384};  // 28 MB a batch
+  // 14 MB a batch against ~14 ms of products a step: the host (memset, pinned allocation) keeps
+  // ahead of the device, so every copy after the first few is queued while steps are still queued.
+  PinnedBatches loader{dev, 12, 32, 384};
   const DeviceInput in(loader.spec(), {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}, ValueRange::kUnit}, dev, true);
   const int64_t ahead = 2;
   DeviceFeeder f(in, dev, {ahead, /*time_copies=*/true});
@@ -293,14 +295,14 @@ TEST(DeviceFeeder, CopiesRunBesideTheStepOnASideStreamD9_CUDA) {
     while (std::optional<FedBatch> b = f.take([&loader] { return loader(); })) {
       f.hand_over(*b);
       begin.push_back(compat::record_timeline_mark(dev));
-      keep_busy(dev, 8);
+      keep_busy(dev, 40);
       (void)b->images.sum();
       end.push_back(compat::record_timeline_mark(dev));
       fed.push_back(std::move(*b));
     }
   });
   compat::set_sync_debug_mode("off");
-  ASSERT_EQ(fed.size(), 10u);
+  ASSERT_EQ(fed.size(), 12u);
   auto at = [&origin](compat::TimelineMark& m) { return compat::timeline_seconds(*origin, m); };
   // Batches ahead + 1 on were queued while earlier steps computed: their copies should lie
   // within the steps' time, not between them.
@@ -338,7 +340,7 @@ TEST(DeviceFeeder, ABatchNeverChangesWhileItIsCopiedOrReadD9_CUDA) {
   std::vector<at::Tensor> seen;  // [min, max] of each batch as the step read it, on the device
   while (std::optional<FedBatch> b = f.take([&loader] { return loader(); })) {
     f.hand_over(*b);
-    keep_busy(dev, 6);
+    keep_busy(dev, 20);  // the compute stream lags the host: later copies land while this read waits
     seen.push_back(at::stack({b->images.min(), b->images.max(), b->labels.to(at::kFloat).mean()}));
   }  // each FedBatch dies here, before the next take queues more copies
   ASSERT_EQ(seen.size(), 12u);
