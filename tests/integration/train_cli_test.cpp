@@ -377,23 +377,7 @@ TEST(TrainCli, EpochEndsGiveTheAllocatorsCachedMemoryBackT13) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return read_json(d / (name + "/summary.json"));
   };
-  const json on = run("release", "true"), off = run("keep", "false");
-  const json& m = on["epoch_end_memory"];
-  ASSERT_EQ(m["released_bytes"].size(), 2u) << m.dump();
-  ASSERT_EQ(m["held_bytes"].size(), 2u);
-  ASSERT_EQ(off["epoch_end_memory"]["held_bytes"].size(), 2u);
-  EXPECT_TRUE(off["epoch_end_memory"]["released_bytes"].empty());
-  constexpr int64_t kMiB = 1 << 20;
-  for (size_t e = 0; e < 2; ++e) {
-    const int64_t released = m["released_bytes"][e], held = m["held_bytes"][e];
-    const int64_t kept = off["epoch_end_memory"]["held_bytes"][e];
-    std::printf("epoch %zu end: released %lld MiB, holding %lld MiB (without the release: %lld MiB)\n", e + 1,
-                static_cast<long long>(released / kMiB), static_cast<long long>(held / kMiB),
-                static_cast<long long>(kept / kMiB));
-    EXPECT_GE(released, 16 * kMiB) << m.dump();
-    EXPECT_LE(held + 16 * kMiB, kept) << m.dump() << off["epoch_end_memory"].dump();
-  }
-  EXPECT_EQ(on["params_sha256"], off["params_sha256"]);
+  test::expect_epoch_ends_released(run("release", "true"), run("keep", "false"), int64_t{16} << 20);
 }
 
 TEST(TrainCli, KilledInSecondEpochResumesBitForBit) {

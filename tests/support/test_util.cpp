@@ -217,4 +217,23 @@ nlohmann::json read_tfevents(const std::string& dir) {
                                           "/read_tfevents.py', run_name='__main__')\n"));
 }
 
+void expect_epoch_ends_released(const nlohmann::json& on, const nlohmann::json& off, int64_t at_least) {
+  const nlohmann::json& m = on["epoch_end_memory"];
+  ASSERT_EQ(m["released_bytes"].size(), 2u) << m.dump();
+  ASSERT_EQ(m["held_bytes"].size(), 2u);
+  ASSERT_EQ(off["epoch_end_memory"]["held_bytes"].size(), 2u);
+  EXPECT_TRUE(off["epoch_end_memory"]["released_bytes"].empty());
+  constexpr int64_t kMiB = 1 << 20;
+  for (size_t e = 0; e < 2; ++e) {
+    const int64_t released = m["released_bytes"][e], held = m["held_bytes"][e];
+    const int64_t kept = off["epoch_end_memory"]["held_bytes"][e];
+    std::printf("epoch %zu end: released %lld MiB, holding %lld MiB (without the release: %lld MiB)\n", e + 1,
+                static_cast<long long>(released / kMiB), static_cast<long long>(held / kMiB),
+                static_cast<long long>(kept / kMiB));
+    EXPECT_GE(released, at_least) << m.dump();
+    EXPECT_LE(held + at_least, kept) << m.dump() << off["epoch_end_memory"].dump();
+  }
+  EXPECT_EQ(on["params_sha256"], off["params_sha256"]);
+}
+
 }  // namespace crucible::test

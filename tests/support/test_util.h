@@ -116,6 +116,11 @@ void write_text(const std::string& path, const std::string& text);
 // Path of the crucible program under test (set by CMake).
 std::string crucible_binary();
 
+// T13: two summaries of the same 2-epoch job, with train.release_cache on and off. Expects each
+// epoch end to have released at least `at_least` bytes and to hold that much less than the run
+// without the release, and equal weights.
+void expect_epoch_ends_released(const nlohmann::json& on, const nlohmann::json& off, int64_t at_least);
+
 // Python lines that read the safetensors file `path` into `b` (bytes), `n` (header length) and
 // `h` (header dict); a tensor's bytes are then b[8+n+s:8+n+e] for h[name]['data_offsets'] = [s, e].
 std::string python_read_safetensors(const std::string& path);
