@@ -157,7 +157,9 @@ TEST(Compat, Tf32IsUsedExactlyWhenMatmulPrecisionSaysSoT5_CUDA) {
                 precision.c_str(), mm, conv, compat::tf32_in_effect().matmul, compat::tf32_in_effect().conv);
     if (precision == "highest") {
       EXPECT_LT(mm, 1e-5) << "TF32 (or worse) in a float32 matmul at matmul_precision = highest";
-      EXPECT_LT(conv, 1e-5) << "TF32 (or worse) in a float32 convolution at matmul_precision = highest";
+      // 5e-5, not 1e-5: cuDNN may pick a Winograd algorithm, a little less exact than a plain sum,
+      // but TF32 here errs near 5e-4 (K = 576 products of 10-bit mantissas).
+      EXPECT_LT(conv, 5e-5) << "TF32 in a float32 convolution at matmul_precision = highest";
       EXPECT_FALSE(compat::tf32_in_effect().matmul || compat::tf32_in_effect().conv);
     } else {
       EXPECT_GT(mm, 1e-4) << "matmul_precision = high but the matmul ran in full float32: TF32 not in effect";
