@@ -96,10 +96,10 @@ void reset_device_peak(c10::Device device);
 // created, so call this before the first matrix product on a GPU. Returns what it did to the
 // environment ("" when nothing), for the log.
 std::string set_deterministic(bool on);
-// T5: "highest" | "high" | "medium" (TF32 and bf16 matmuls where the device has them).
-void set_matmul_precision(const std::string& precision);
-// "highest" also turns cuDNN's TF32 convolutions off (torch leaves them on by default); the
+// T5: "highest" | "high" | "medium" (TF32 and bf16 matmuls where the device has them);
+// "highest" also turns cuDNN's TF32 convolutions off (torch leaves them on by default), the
 // others leave them on.
+void set_matmul_precision(const std::string& precision);
 // What torch will use, read back from its context (the value summary.json records).
 std::string matmul_precision();
 // Whether cuBLAS matmuls and cuDNN convolutions may use TF32 (read back from torch's context).
