@@ -41,8 +41,9 @@ DeviceFeeder::DeviceFeeder(const DeviceInput& input, c10::Device device, Options
 DeviceFeeder::~DeviceFeeder() = default;
 
 std::string DeviceFeeder::describe() const {
-  if (side_) return fmt::format("copies on a side stream, {} batch{} ahead", options_.ahead, options_.ahead == 1 ? "" : "es");
-  if (options_.ahead > 0) return fmt::format("converted when taken, {} batch{} pulled ahead", options_.ahead, options_.ahead == 1 ? "" : "es");
+  const std::string batches = fmt::format("{} batch{}", options_.ahead, options_.ahead == 1 ? "" : "es");
+  if (side_) return "copies on a side stream, " + batches + " ahead";
+  if (options_.ahead > 0) return "converted when taken, " + batches + " pulled ahead";
   return "converted when taken";
 }
 
