@@ -251,6 +251,7 @@ json summary_json(Job& job, const RunState& st, SessionRecord& session, const Tr
   int64_t reads = 0;
   const json host_reads = host_reads_json(session, &reads);
   const int64_t session_steps = st.step - session.first_step;
+  const compat::Tf32 tf32 = compat::tf32_in_effect();  // T5, read back from torch
   session.phases += job.clock->take();  // the steps after the last log interval
   json breakdown = nullptr, bottleneck = nullptr;
   session_breakdown(job, st, session, &breakdown, &bottleneck);
@@ -297,7 +298,7 @@ json summary_json(Job& job, const RunState& st, SessionRecord& session, const Tr
             {"loss_scale_growth_tracker", job.scaler.enabled() ? json(job.scaler.growth_tracker()) : json(nullptr)},
             {"threads", compat::num_threads()},
             {"matmul_precision", compat::matmul_precision()},  // T5, read back from torch
-            {"tf32", json{{"matmul", compat::tf32_in_effect().matmul}, {"conv", compat::tf32_in_effect().conv}}},  // T5
+            {"tf32", json{{"matmul", tf32.matmul}, {"conv", tf32.conv}}},
             {"cudnn_benchmark", compat::cudnn_benchmark()},    // T9, read back from torch
             {"world_size", job.world.size},
             {"restarts", job.world.restarts},  // crucible launch / torchrun --max-restarts

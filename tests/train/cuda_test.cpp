@@ -229,8 +229,6 @@ TEST(Trainer, GpuCheckpointKeepsTheDropoutGenerator_CUDA) {
 namespace crucible::data {
 namespace {
 
-bool have_gpu() { return compat::cuda_device_count() > 0; }
-
 // Device work that takes a while, on the current stream (float32 products of 2048², ~0.3 ms each on
 // an H100), for the tests below to hold a stream busy without the host waiting.
 void keep_busy(c10::Device dev, int products) {
@@ -265,7 +263,7 @@ struct PinnedBatches {
 // hand over and compute never synchronises with the host (sync-debug mode "error" raises on any
 // synchronising call; T6).
 TEST(DeviceFeeder, CopiesRunBesideTheStepOnASideStreamD9_CUDA) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!train::have_cuda()) GTEST_SKIP() << "no CUDA device";
   const c10::Device dev(c10::DeviceType::CUDA, 0);
   // 14 MB a batch against ~14 ms of products a step: the host (memset, pinned allocation) keeps
   // ahead of the device, so every copy after the first few is queued while steps are still queued.
@@ -315,7 +313,7 @@ TEST(DeviceFeeder, CopiesRunBesideTheStepOnASideStreamD9_CUDA) {
 // its batch after a delay on the compute stream, while the next copies land (the device
 // allocator must not give its blocks to them). Every batch must read back as what was written.
 TEST(DeviceFeeder, ABatchNeverChangesWhileItIsCopiedOrReadD9_CUDA) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!train::have_cuda()) GTEST_SKIP() << "no CUDA device";
   const c10::Device dev(c10::DeviceType::CUDA, 0);
   PinnedBatches loader{dev, 12, 32, 256};
   const DeviceInput in(loader.spec(), {{0, 0, 0}, {1, 1, 1}, ValueRange::kUnit}, dev, false);  // x/255
