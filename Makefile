@@ -1,5 +1,7 @@
 # The two commands a new user types (README.md): `make demo` and `make test`.
-# Both install what is missing (scripts/setup), build, then train or test.
+# Both install what is missing (scripts/setup, by group), build, then train or test: the demo
+# only the build's Debian packages and Fashion-MNIST (`scripts/setup demo`: nothing from PyPI),
+# the tests the rest (`scripts/setup test`: oracles, servers, clang, moto's S3 server from PyPI).
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
@@ -13,20 +15,30 @@ TORCH2_VENV ?= .venv-torch2
 # Test labels make test-torch2 leaves out (CI also leaves out `heavy`: .ci/run).
 TORCH2_EXCLUDE ?= slow
 
-.PHONY: all setup setup-torch2 configure build demo test test-sanitize test-tsan test-torch2 bench bench-torch2 \
-	python test-python clean
+.PHONY: all setup setup-demo setup-bench setup-test setup-torch2 configure build demo test test-sanitize test-tsan \
+	test-torch2 bench bench-torch2 python test-python clean
 
 all: build
 
-setup:
-	@scripts/setup
+setup: setup-test
+
+setup-demo:
+	@scripts/setup demo
+
+setup-bench:
+	@scripts/setup bench
+
+setup-test:
+	@scripts/setup test
 
 # The Python module `crucible` (python/) builds with the rest, for the Python whose torch it serves.
-$(BUILD_DIR)/build.ninja: CMakeLists.txt | setup
+# One configuration for the demo and the tests (make test reuses the demo's folder): its packages
+# (GTest, pybind11, Python.h among them) are in the demo group.
+$(BUILD_DIR)/build.ninja: CMakeLists.txt | setup-demo
 	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
 	  -DCRUCIBLE_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
 
-configure: setup $(BUILD_DIR)/build.ninja
+configure: setup-demo $(BUILD_DIR)/build.ninja
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -39,33 +51,33 @@ demo: configure
 	@$(CRUCIBLE) train --restart
 	@scripts/demo-verdict runs/fashion_mnist/summary.json
 
-test: build test-sanitize test-tsan
+test: setup-test build test-sanitize test-tsan
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200
 
 # The torch-free library and its tests under clang with ASan + UBSan, plus every parser's
 # libFuzzer target: corpus replay and a short bounded fuzzing run each.
-$(FUZZ_DIR)/build.ninja: CMakeLists.txt | setup
+$(FUZZ_DIR)/build.ninja: CMakeLists.txt | setup-test
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCRUCIBLE_WITH_TORCH=OFF -DCRUCIBLE_FUZZ=ON "-DCRUCIBLE_SANITIZE=address;undefined" >/dev/null
 
-test-sanitize: setup $(FUZZ_DIR)/build.ninja
+test-sanitize: setup-test $(FUZZ_DIR)/build.ninja
 	@cmake --build $(FUZZ_DIR) -j $(JOBS)
 	@cd $(FUZZ_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # The loader and thread pool under ThreadSanitizer (torch-free build).
-$(TSAN_DIR)/build.ninja: CMakeLists.txt | setup
+$(TSAN_DIR)/build.ninja: CMakeLists.txt | setup-test
 	@CC=clang CXX=clang++ cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCRUCIBLE_WITH_TORCH=OFF -DCRUCIBLE_SANITIZE=thread >/dev/null
 
-test-tsan: setup $(TSAN_DIR)/build.ninja
+test-tsan: setup-test $(TSAN_DIR)/build.ninja
 	@cmake --build $(TSAN_DIR) -j $(JOBS) --target base_tests
 	@cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) \
 	  -R "Loader|ThreadPool|ImagePipeline"
 
-# The test suite again, built against current torch from PyPI (scripts/setup --torch pypi:
-# pinned torch + torchvision in $(TORCH2_VENV)); CUDA paths compiled when nvcc is found. GPU
-# tests skip without a GPU (scripts/device-check runs them on one). The torch-free base_tests
-# are make test's alone (they link no torch).
+# The test suite again, built against current torch from PyPI (scripts/setup --torch pypi: the
+# test group, then pinned torch + torchvision in $(TORCH2_VENV)); CUDA paths compiled when nvcc
+# is found. GPU tests skip without a GPU (scripts/device-check runs them on one). The torch-free
+# base_tests are make test's alone (they link no torch).
 setup-torch2:
 	@scripts/setup --torch pypi
 
@@ -85,10 +97,10 @@ python: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target crucible_native
 	@echo "python: PYTHONPATH=$(CURDIR)/$(BUILD_DIR)/python /usr/bin/python3 -c 'import crucible'"
 
-test-python: build
+test-python: setup-test build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -R '^Python\.'
 
-bench: build
+bench: setup-bench build
 	@bench/fmnist_vs_pytorch
 	@bench/loader_vs_pytorch
 	@bench/ddp_vs_pytorch

@@ -2,10 +2,12 @@
 """scripts/audit-deps can fail: what it must report on a tree that lacks a package.
 
 Run by CTest (DependencyAudit.*) with the build folder: the build itself must pass the audit
-(that is the test DependencyAudit.Build); here each case breaks one thing — a header that no
-package owns, a package dropped from a copy of scripts/setup, a Python module installed by
-hand — and asserts the report names it, its owner and the fix. To add a case: write a method
-that runs audit() with a broken input and asserts on the exit code and the message.
+(that is the test DependencyAudit.Build, and DependencyAudit.DemoGroup for what `make demo`
+installs); here each case breaks one thing — a header that no package owns, a package dropped
+from every list of a copy of scripts/setup, a build package moved to the test group, a Python
+module installed by hand — and asserts the report names it, its owner and the fix. To add a
+case: write a method that runs audit() with a broken input and asserts on the exit code and the
+message.
 
     tests/scripts/audit_deps_test.py --build build [--provided DIR ...] [unittest options]
 """
@@ -30,18 +32,40 @@ def audit(*args, env=None):
     return r.returncode, r.stdout + r.stderr
 
 
-def setup_without(tmp, package):
-    """A copy of scripts/setup with `package` taken out of its list."""
+LIST_RE = re.compile(r"^(\w+_packages)=\((.*?)^\)", re.S | re.M)  # scripts/setup's lists
+
+
+def setup_edited(tmp, packages, into=None):
+    """A copy of scripts/setup with `packages` (one name or several) taken out of every list, and
+    put into the list `into` (e.g. "test_packages") when given."""
     with open(os.path.join(ROOT, "scripts", "setup"), encoding="utf-8") as f:
         text = f.read()
-    head, sep, rest = text.partition("packages=(")
-    body, close, tail = rest.partition("\n)")
-    new_body = re.sub(rf"(?<![\w.+-]){re.escape(package)}(?![\w.+-])", "", body)
-    assert new_body != body, f"{package} is not in scripts/setup"
+    assert into is None or into in {m.group(1) for m in LIST_RE.finditer(text)}, f"scripts/setup has no list {into}"
+    for package in [packages] if isinstance(packages, str) else packages:
+        word = re.compile(rf"(?<![\w.+-]){re.escape(package)}(?![\w.+-])")
+        assert any(word.search(m.group(2)) for m in LIST_RE.finditer(text)), f"{package} is in no list of scripts/setup"
+
+        def edit(m):
+            lines = m.group(2).split("\n")
+            body = "\n".join(l if l.lstrip().startswith("#") else word.sub("", l) for l in lines)
+            if m.group(1) == into:
+                body += f"  {package}\n"
+            return f"{m.group(1)}=({body})"
+
+        text = LIST_RE.sub(edit, text)
     path = os.path.join(tmp, "setup")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(head + sep + new_body + close + tail)
+        f.write(text)
     return path
+
+
+def setup_without(tmp, *packages):
+    return setup_edited(tmp, packages)
+
+
+def listed(setup, group):
+    r = subprocess.run(["bash", setup, "--list", group], capture_output=True, text=True, check=True)
+    return r.stdout.split()
 
 
 def build_read(prefix):
@@ -81,6 +105,43 @@ class DependencyAudit(unittest.TestCase):
             self.assertRegex(out, r"header " + re.escape(prefix))
         rc, out = audit("--build", BUILD, "--no-python")
         self.assertEqual(rc, 0, out)
+
+    def test_the_copy_of_setup_lists_what_the_edit_says(self):
+        # The cases below stand on setup_edited(): the copy must lack the package in every group,
+        # or have it in the test group alone.
+        with tempfile.TemporaryDirectory() as tmp:
+            self.assertIn("libspng-dev", listed(os.path.join(ROOT, "scripts", "setup"), "demo"))
+            for group in ("demo", "bench", "test", "torch2"):
+                self.assertNotIn("libspng-dev", listed(setup_without(tmp, "libspng-dev"), group))
+            moved = setup_edited(tmp, "libspng-dev", into="test_packages")
+            self.assertNotIn("libspng-dev", listed(moved, "demo"))
+            self.assertIn("libspng-dev", listed(moved, "test"))
+
+    def test_a_build_package_in_the_test_group_fails_the_demo_audit(self):
+        # make demo installs `scripts/setup demo` alone: a package that configuring or building
+        # reads from must be in that group, not only in the test group's list.
+        if not build_read("/usr/include/spng.h"):
+            self.skipTest("this build read no spng.h")
+        with tempfile.TemporaryDirectory() as tmp:
+            moved = setup_edited(tmp, "libspng-dev", into="test_packages")
+            rc, out = audit("--build", BUILD, "--setup", moved, "--group", "demo", "--no-python")
+            self.assertEqual(rc, 1, out)
+            self.assertIn(f"from Debian package libspng-dev (dpkg -S), which {moved} demo neither lists nor pulls in", out)
+            self.assertIn("header /usr/include/spng.h", out)
+            rc, out = audit("--build", BUILD, "--setup", moved, "--group", "test", "--no-python")
+            self.assertEqual(rc, 0, out)  # the test group still has it
+
+    def test_a_package_read_only_by_the_configure_step_is_named(self):
+        # find_package(GTest) reads libgtest-dev's CMake files: the configure step's inputs are
+        # audited as the compiler's are (libgmock-dev, which depends on it, goes too).
+        with open(os.path.join(BUILD, "CMakeCache.txt"), encoding="utf-8") as f:
+            if "GTest_DIR:PATH=/usr/" not in f.read():
+                self.skipTest("this build found no Debian GTest")
+        with tempfile.TemporaryDirectory() as tmp:
+            rc, out = audit("--build", BUILD, "--setup", setup_without(tmp, "libgtest-dev", "libgmock-dev"), "--no-python")
+            self.assertEqual(rc, 1, out)
+            self.assertIn("from Debian package libgtest-dev (dpkg -S)", out)
+            self.assertRegex(out, r"cmake file /usr/lib/\S*/cmake/GTest/GTest\w*\.cmake \(read by the configure step\)")
 
     def test_a_library_from_a_dropped_package_is_named(self):
         # Every build's programs load libspng (libspng0, pulled in by libspng-dev alone).
