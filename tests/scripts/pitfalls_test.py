@@ -8,17 +8,21 @@ and line or the test, when
     (`Suite.Name`), a `def test_*` in tests/python or tests/scripts (`module.Class.test_name`,
     `file.py::Class::test_name`, or for a function `module.test_name`, `file.py::test_name`), or
     an add_test NAME in tests/CMakeLists.txt;
-  - a row without a test (`—`) does not say "not yet", or an ID has two rows.
+  - a row without a test (`—`) does not say "not yet", or an ID has two rows;
+  - a table of IDs lacks the header, a row has the wrong number of cells;
+  - the catalogue, tests/CMakeLists.txt or a scanned folder is missing, or the scan finds no ID
+    in use at all (then the first rule would check nothing).
 
     tests/scripts/pitfalls_test.py [--source DIR]    # exit 0 clean, 1 with the list
-Self-checks run first: the ID scan on a sample of the forms it must and must not take; an unknown
-ID planted in a scratch file, and a row written twice, must each be the one new finding.
+Self-checks run first: the ID scan on a sample of the forms it must and must not take; then one
+breach of each rule planted in a scratch copy of the tree must be the one new finding
+(source_scan.py).
 """
+import functools
 import glob
 import os
 import re
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import source_scan  # noqa: E402
@@ -28,6 +32,8 @@ SCANNED = ("src", "include", "tests", "python", "scripts", "bench")
 HEADER = ["ID", "what goes wrong in plain PyTorch", "what crucible does", "the test that fails if it regresses"]
 NOT_YET = "not yet"
 NO_TEST = "—"
+CMAKE = "tests/CMakeLists.txt"
+TOPS = (*SCANNED, DOC)
 
 # A pitfall ID is a group letter and a number from 1 (no leading zero: "T00" of a timestamp is
 # none). It counts in two forms only:
@@ -89,12 +95,17 @@ def id_uses(source):
             rel = os.path.relpath(path, source)
             if rel in NOT_SCANNED:
                 continue
-            for i, line in enumerate(text.split("\n")):
-                for pid in ids_in(line):
-                    where = f"{rel}:{i + 1}"
-                    if where not in uses.setdefault(pid, []):
-                        uses[pid].append(where)
+            for line, pid in ids_in_text(text):
+                where = f"{rel}:{line}"
+                if where not in uses.setdefault(pid, []):
+                    uses[pid].append(where)
     return uses
+
+
+@functools.lru_cache(maxsize=None)
+def ids_in_text(text):
+    """(line number, ID) of each use in `text` (remembered: the self-check scans many copies)."""
+    return tuple((i + 1, pid) for i, line in enumerate(text.split("\n")) for pid in ids_in(line))
 
 
 def existing_tests(source):
@@ -120,7 +131,7 @@ def existing_tests(source):
                     names.update({f"{module}.{cls}.{m.group(2)}", f"{module}.py::{cls}::{m.group(2)}"})
                 elif not m.group(1):
                     names.update({f"{module}.{m.group(2)}", f"{module}.py::{m.group(2)}"})
-    cmake = open(os.path.join(source, "tests", "CMakeLists.txt"), encoding="utf-8").read()
+    cmake = open(os.path.join(source, CMAKE), encoding="utf-8").read()
     names.update(re.findall(r"add_test\s*\(\s*NAME\s+([^\s)]+)", cmake))
     return names
 
@@ -154,14 +165,12 @@ def rows(doc_text):
     return found, errors
 
 
-def violations(source, doc_text=None, extra_uses=None):
-    """`doc_text` replaces docs/PITFALLS.md, `extra_uses` ({ID: [where]}) joins the tree's uses
-    (both for the self-check)."""
-    if doc_text is None:
-        path = os.path.join(source, DOC)
-        if not os.path.exists(path):
-            return [f"{DOC} is missing"]
-        doc_text = open(path, encoding="utf-8").read()
+def violations(source):
+    missing = (source_scan.missing(source, [DOC, *SCANNED], "pitfalls_test.py")
+               or source_scan.missing(source, [CMAKE], "pitfalls_test.py"))
+    if missing:
+        return missing  # the other rules need all of them
+    doc_text = open(os.path.join(source, DOC), encoding="utf-8").read()
     table, found = rows(doc_text)
     tests = existing_tests(source)
     first = {}
@@ -185,8 +194,8 @@ def violations(source, doc_text=None, extra_uses=None):
                              "tests/**/*.cpp, def test_* in tests/python or tests/scripts, add_test in "
                              "tests/CMakeLists.txt)")
     uses = id_uses(source)
-    for pid, where in (extra_uses or {}).items():
-        uses.setdefault(pid, []).extend(where)
+    if not uses:
+        found.append(f"no pitfall ID is used in {', '.join(SCANNED)}: the scan finds none, so it checks nothing")
     for pid, where in sorted(uses.items(), key=lambda u: (u[0][0], int(u[0][1:]))):
         if pid not in first:
             more = f" and {len(where) - 3} more" if len(where) > 3 else ""
@@ -195,7 +204,7 @@ def violations(source, doc_text=None, extra_uses=None):
 
 
 def self_check(source):
-    """The scan must take every form of ID and nothing else; an unknown ID planted must be found."""
+    """The ID scan takes every form of ID and nothing else (the rules' breaches are PLANTS)."""
     sample = [
         ("  optimizer_.zero_grad();  // T10: set to none", ["T10"]),
         ('log_info("lr = {} (T7)", lr); // X2/X5, X6–X8', ["T7", "X2", "X5", "X6", "X8"]),
@@ -211,35 +220,70 @@ def self_check(source):
     for line, want in sample:
         if ids_in(line) != want:
             return f"the ID scan gave {ids_in(line)} for {line!r}, not {want}"
-    doc = os.path.join(source, DOC)
-    if not os.path.exists(doc):
-        return None  # the scan of the tree says so
-    unknown = "X" + "99"  # spelled in two parts, so that this file does not use it
-    before = violations(source)
-    with tempfile.TemporaryDirectory() as scratch:
-        os.makedirs(os.path.join(scratch, "src"))
-        with open(os.path.join(scratch, "src", "planted.cpp"), "w", encoding="utf-8") as f:
-            f.write(f"// a pitfall with no row ({unknown})\n")
-        after = violations(source, extra_uses=id_uses(scratch))
-    new = [v for v in after if v not in before]
-    if len(new) != 1 or not new[0].startswith(f"{unknown} is used at src/planted.cpp:1 "):
-        return f"an {unknown} planted in src/planted.cpp gave {new}"
-    table = rows(open(doc, encoding="utf-8").read())[0]
-    if table:
-        line, pid = table[0][:2]
-        lines = open(doc, encoding="utf-8").read().split("\n")
-        lines.insert(line, lines[line - 1])
-        after = violations(source, doc_text="\n".join(lines))
-        doubled = [v for v in after if "has a second row" in v]
-        if len(doubled) != sum("has a second row" in v for v in before) + 1 or \
-                not any(f"{pid} has a second row" in v for v in doubled):
-            return f"{pid}'s row doubled gave {doubled}"
     return None
 
 
+def first_row(text):
+    """(text's lines, the index of the catalogue's first row among them)."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("|") and re.fullmatch(ID, cells(line)[0]):
+            return lines, i
+    raise source_scan.PlantError(f"{DOC} has no row")
+
+
+def insert_row(row):
+    """An edit of the catalogue: `row` inserted after its first row."""
+    def change(text):
+        lines, i = first_row(text)
+        return "\n".join(lines[:i + 1] + [row] + lines[i + 1:])
+    return source_scan.edit(DOC, change)
+
+
+def double_first_row(text):
+    lines, i = first_row(text)
+    return "\n".join(lines[:i + 1] + lines[i:])
+
+
+def unknown_test_in_first_row(text):
+    lines, i = first_row(text)
+    c = cells(lines[i])
+    lines[i] = "| " + " | ".join(c[:3] + [re.sub(r"`[^`]+`", "`Planted.NoSuchTest`", c[3], count=1)]) + " |"
+    return "\n".join(lines)
+
+
+def header_only(text):
+    lines, i = first_row(text)
+    return "\n".join(line for line in lines if not (line.startswith("|") and re.fullmatch(ID, cells(line)[0])))
+
+
+P = source_scan
+PLANTS = [  # (the breach, its edits, what its one finding must say, or None for none)
+    ("an ID used with no row", P.create("src/planted.cpp", "// a pitfall with no row (X99)\n"),
+     "X99 is used at src/planted.cpp:1 but has no row"),
+    ("an ID in a test's name with no row", P.create("tests/planted_test.cpp", "TEST(Planted, FailsX98_CUDA) {}\n"),
+     "X98 is used at tests/planted_test.cpp:1 but has no row"),
+    ("a row doubled", P.edit(DOC, double_first_row), "has a second row"),
+    ("a row naming a test that does not exist", P.edit(DOC, unknown_test_in_first_row),
+     "names `Planted.NoSuchTest`, which no test defines"),
+    ("a test named without backticks", insert_row("| X97 | planted | planted | Planted.NoSuchTest |"),
+     "X97's test cell must be"),
+    ("a row with no test that does not say not yet", insert_row(f"| X96 | planted | handled | {NO_TEST} |"),
+     f'X96 names no test ({NO_TEST}) but does not say "{NOT_YET}"'),
+    ("a row with no test that says not yet", insert_row(f"| X95 | planted | Not yet handled. | {NO_TEST} |"), None),
+    ("a row with three cells", insert_row("| X94 | planted | planted |"), "X94's row has 3 cells, not 4"),
+    ("a table of IDs with another header", P.append(DOC, "\n| ID | what | does | test |\n|---|---|---|---|"),
+     "a table's header is not"),
+    ("a row in a table without a header", P.append(DOC, f"\n| X93 | planted | not yet | {NO_TEST} |"),
+     "X93 is in a table without the header"),
+    *((f"{rel} removed", P.remove(rel), f"{rel}: missing") for rel in (DOC, CMAKE, *SCANNED)),
+    ("a tree where no ID is used", [*(P.remove(top + "/*") for top in SCANNED), P.create(CMAKE, ""),
+                                    P.edit(DOC, header_only)], "no pitfall ID is used"),
+]
+
+
 def main():
-    # No plant of a file alone: the scan needs the catalogue, so self_check plants beside the tree.
-    source_scan.run("pitfalls_test", violations, [], f"{DOC} does not match the tree",
+    source_scan.run("pitfalls_test", violations, TOPS, PLANTS, f"{DOC} does not match the tree",
                     "every ID used in the tree has a row, and every test a row names exists",
                     self_check=self_check)
 
