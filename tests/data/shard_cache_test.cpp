@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -147,6 +149,76 @@ TEST(ShardCache, ADownloadThatFailsItsCheckIsDeletedNeverUsed) {
   test::expect_runtime_error([&] { sized.get("http://h/c.tar", {1000, "", ""}); }, {"http://h/c.tar", "5 bytes where 1000"});
   test::expect_bad_input([&] { cache.get("http://h/big.tar", {20000, "", ""}); },
                          {"data.cache_bytes = 10000", "http://h/big.tar", "20000 bytes"});
+}
+
+// c8b7e9d: a reservation lists the folder (names, then sizes) under its lock; a download that
+// finished meanwhile renames its part file into place. A rename between the listing's names and
+// its sizes hid the shard under both names (the part gone when stat'ed, the shard named after
+// the names were read): the reservation counted one shard too few and the folder held one more
+// than its bytes (CI once saw 675,840 of 563,200). The test seam forces that interleaving: the
+// reservation waits, after reading the names, until the other download has renamed its shard or
+// waits for the folder's lock to do so.
+TEST(ShardCache, ARenameDuringAListingIsCounted) {
+  test::TempDir d;
+  const std::string dir = d / "cache", c_url = "http://h/c.tar";
+  std::mutex mu;
+  std::condition_variable cv;
+  bool c_fetching = false, listed = false, c_renamed_or_waiting = false;
+  std::thread::id c_thread, d_thread;
+  const auto deadline = std::chrono::minutes(2);  // a broken seam fails the test instead of hanging it
+  ShardCache cache(dir, 3000, [&](const std::string& url, uint64_t size, int fd) {
+    if (url == c_url) {  // the download that finishes while the other reservation lists the folder
+      std::unique_lock<std::mutex> lock(mu);
+      c_fetching = true;
+      cv.notify_all();
+      EXPECT_TRUE(cv.wait_for(lock, deadline, [&] { return listed; })) << "the reservation never listed";
+    }
+    return write_at(fd, content(url, size));
+  }, Fake::stat);
+  cache.set_test_hook([&](const char* point) {
+    std::unique_lock<std::mutex> lock(mu);
+    const std::string p = point;
+    if (std::this_thread::get_id() == d_thread && p == "listed" && !listed) {
+      listed = true;
+      cv.notify_all();
+      EXPECT_TRUE(cv.wait_for(lock, deadline, [&] { return c_renamed_or_waiting; })) << "c was never renamed";
+    } else if (std::this_thread::get_id() == c_thread && (p == "renamed" || p == "waiting for the folder lock")) {
+      c_renamed_or_waiting = true;
+      cv.notify_all();
+    }
+  });
+  cache.get("http://h/a.tar", {1000, "", ""});  // 2000 of 3000 bytes, neither pinned
+  cache.get("http://h/b.tar", {1000, "", ""});
+  std::thread c([&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      c_thread = std::this_thread::get_id();
+    }
+    cache.get(c_url, {1000, "", ""});
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, deadline, [&] { return c_fetching; }));
+  }
+  int64_t after_d = 0;
+  std::thread dd([&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      d_thread = std::this_thread::get_id();
+    }
+    cache.get("http://h/d.tar", {1000, "", ""});
+    after_d = folder_bytes(dir);
+  });
+  c.join();
+  dd.join();
+  std::string files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_regular_file() && e.file_size() > 0) files += " " + e.path().filename().string();
+  }
+  EXPECT_TRUE(listed && c_renamed_or_waiting) << "the interleaving was not forced";
+  EXPECT_LE(after_d, 3000) << "d's reservation missed c:" << files;
+  EXPECT_LE(folder_bytes(dir), 3000) << files;
+  EXPECT_EQ(cache.stats().evictions, 1);  // a, the least recently used, made room for d
 }
 
 // Two processes of one node ask for the same shard at once: one downloads, the other waits for

@@ -69,6 +69,13 @@ class ShardCache {
   // Seconds get() waits for room before giving up (tests shorten it).
   void set_wait_seconds(double s) { wait_s_ = s; }
 
+  // A test seam: called, on the thread that gets there, at the points where the interleaving of
+  // threads or processes matters: "listed" (a reservation, holding the folder's lock, has read
+  // the folder's names and not yet their sizes), "waiting for the folder lock" (another holds
+  // it), "renamed" (a checked download is in place). Set it before the first get().
+  using TestHook = std::function<void(const char* point)>;
+  void set_test_hook(TestHook hook) { test_hook_ = std::move(hook); }
+
   // The file name a URL is cached under: a hash of the URL and its last part, readable in `ls`.
   static std::string file_name(const std::string& url);
 
@@ -77,6 +84,8 @@ class ShardCache {
   std::shared_ptr<const MappedFile> pin_existing(const std::string& path);
   void reserve(uint64_t size, const std::string& part_path, const std::string& url);
   void download(const std::string& url, const std::string& path, uint64_t size, const ShardCheck& check);
+  // The folder's "<dir>/.lock", held exclusively until the returned descriptor is closed.
+  int lock_folder() const;
 
   std::string dir_;
   int64_t max_bytes_;
@@ -84,6 +93,7 @@ class ShardCache {
   Stat stat_;
   int tries_;
   double wait_s_ = 600;
+  TestHook test_hook_;
   std::mutex mu_;
   std::map<std::string, std::weak_ptr<const MappedFile>> open_;  // guarded by mu_: this process's pins
   std::atomic<int64_t> hits_{0}, downloads_{0}, bytes_{0}, evictions_{0}, failed_checks_{0};
