@@ -10,8 +10,9 @@
 - A kill -9 in mid-run, then a rerun: the uninterrupted run's params_sha256.
 - Refusals, exit 2 naming what: another schema version, an op this libtorch lacks, a cond node, a
   single train-mode program asked to evaluate, an eval-mode program asked to train.
-- crucible.train from a script that names no file of crucible's: the returned model holds the
-  run's model.safetensors.
+- crucible.train from a script that names no file of crucible's: PyTorch's own evaluation of the
+  returned model is the run's (accuracy, loss, and crucible predict's probabilities sample by
+  sample); it holds the run's model.safetensors, read without crucible; the training loss fell.
 
 torch.export needs torch 2.x: ctest runs this as Python.ExportedPrograms in make test-torch2 only
 (the venv's Python, CRUCIBLE = that build's crucible, PYTHONPATH = its python/).
@@ -21,6 +22,7 @@ import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -81,6 +83,32 @@ class TinyViT(nn.Module):
 
 def read_safetensors(path):
     return {k: v.clone() for k, v in crucible.load(path).items()}
+
+
+_SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+                       "I8": "i1", "U8": "u1", "BOOL": "?"}
+
+
+def read_safetensors_without_crucible(path):
+    """{name: numpy array} of a .safetensors file, read with json, struct and numpy alone (the
+    format: an 8-byte little-endian header length, a JSON header, the data): a reader that shares
+    no code with crucible's, for checks of what crucible loaded."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        raw = data[8 + n + begin:8 + n + end]
+        if info["dtype"] == "BF16":  # the upper half of a float32
+            bits = np.frombuffer(raw, "<u2").astype(np.uint32) << 16
+            out[name] = bits.view(np.float32).reshape(info["shape"])
+        else:
+            out[name] = np.frombuffer(raw, _SAFETENSORS_DTYPES[info["dtype"]]).reshape(info["shape"])
+    return out
 
 
 def run(cmd, **kw):
@@ -327,11 +355,14 @@ class ExportedTest(unittest.TestCase):
 class PythonTrainTest(unittest.TestCase):
     def test_crucible_train_returns_the_trained_model(self):
         # Three classes a 3x3 convolution tells apart (horizontal stripes, vertical stripes, none)
-        # under noise: crucible.train must move every weight and beat chance (1/3) by far on
-        # held-out samples; the model it returns holds the weights it wrote.
+        # under noise. The model crucible.train returns is evaluated by PyTorch itself (eval mode,
+        # no_grad, a plain forward, argmax) on the test set: its accuracy and loss are the run's
+        # summary's, its softmax probabilities those `crucible predict` writes for the run's final
+        # checkpoint, sample by sample. Its tensors are the run's model.safetensors as read here
+        # without crucible (json + struct + numpy), every weight moved, and the training loss fell.
         script = textwrap.dedent("""
             import copy, io, json, sys
-            import numpy as np, torch, torch.nn as nn
+            import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
             import crucible
             torch.manual_seed(0)
             model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
@@ -341,7 +372,7 @@ class PythonTrainTest(unittest.TestCase):
             def data(n):
                 y = rng.integers(0, 3, n)
                 x = 0.5 * rng.standard_normal((n, 1, 12, 12)).astype(np.float32)
-                stripes = (np.arange(12) % 2).astype(np.float32) * 2.0
+                stripes = (np.arange(12) % 2).astype(np.float32) * 0.5
                 x[y == 0] += stripes[None, None, :, None]  # horizontal
                 x[y == 1] += stripes[None, None, None, :]  # vertical
                 return x, y
@@ -349,26 +380,72 @@ class PythonTrainTest(unittest.TestCase):
             x_test, y_test = data(96)
             log = io.StringIO()
             result = crucible.train(model, torch.zeros(4, 1, 12, 12), data=(x, y, x_test, y_test),
-                                    train__epochs=5, train__batch_size=32, train__precision="fp32", stream=log)
-            after = result.model.state_dict()
+                                    train__epochs=6, train__batch_size=32, train__precision="fp32", optim__lr=0.01,
+                                    log__every_steps=6, stream=log)
+            after = {k: v.clone() for k, v in result.model.state_dict().items()}
             moved = {k: float((after[k].float() - before[k].float()).abs().max()) for k in before
                      if before[k].is_floating_point()}
-            print(json.dumps({"run_dir": result.run_dir, "sha": result.summary["params_sha256"],
-                              "lines": log.getvalue().count("\\n"), "acc": result.summary["test_acc"],
-                              "moved": moved, "state": {k: v.tolist() for k, v in after.items()}}))
+            net = result.model
+            net.eval()
+            with torch.no_grad():
+                logits = net(torch.from_numpy(x_test))
+            labels = torch.from_numpy(y_test)
+            print(json.dumps({"run_dir": result.run_dir, "summary": result.summary,
+                              "lines": log.getvalue().count("\\n"), "moved": moved,
+                              "state": {k: v.tolist() for k, v in after.items()},
+                              "labels": y_test.tolist(), "pred": logits.argmax(1).tolist(),
+                              "prob": torch.softmax(logits.double(), 1).tolist(),
+                              "acc": (logits.argmax(1) == labels).double().mean().item(),
+                              "loss": F.cross_entropy(logits.double(), labels).item()}))
             """)
         r = run([sys.executable, "-c", script])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         out = json.loads(r.stdout.strip().splitlines()[-1])
-        got = read_safetensors(os.path.join(out["run_dir"], "model.safetensors"))
+        summary, run_dir = out["summary"], out["run_dir"]
+
+        # The returned model holds the file the run wrote, read by a reader that is not crucible's.
+        got = read_safetensors_without_crucible(os.path.join(run_dir, "model.safetensors"))
         self.assertEqual(sorted(got), sorted(out["state"]))
         for k, v in out["state"].items():
-            self.assertTrue(torch.equal(torch.tensor(v, dtype=got[k].dtype), got[k]), k)
+            self.assertTrue(np.array_equal(np.asarray(v, dtype=got[k].dtype).reshape(got[k].shape), got[k]), k)
         for k in ("0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "6.weight", "6.bias"):
             self.assertGreater(out["moved"][k], 1e-4, f"{k} did not move: {out['moved']}")
+
+        # PyTorch's evaluation of it is the run's: the same accuracy (a count of the 96 samples) and
+        # loss (crucible's is a mean over float logits, so to rounding)...
+        print(f"\ncrucible.train: PyTorch's evaluation of the returned model: accuracy {out['acc']:.4f} "
+              f"(summary {summary['test_acc']:.4f}), loss {out['loss']:.7f} (summary {summary['test_loss']:.7f})")
+        self.assertEqual(round(out["acc"] * 96), round(summary["test_acc"] * 96))
+        self.assertAlmostEqual(out["acc"], summary["test_acc"], places=12)
+        self.assertAlmostEqual(out["loss"], summary["test_loss"], delta=1e-5 * summary["test_loss"])
         self.assertGreater(out["acc"], 0.8, "a trained model tells the stripes apart; chance is 1/3")
+        # ... and sample by sample, crucible's predictions of the run's final checkpoint: the same
+        # label order, the same top class, the same probabilities.
+        preds = os.path.join(run_dir, "predictions.jsonl")
+        p = run([CRUCIBLE, "predict", os.path.join(run_dir, "config.toml"), "--top", "3", "--out", preds])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn(f"model of step {summary['steps']} ", p.stdout + p.stderr)
+        with open(preds) as f:
+            records = [json.loads(line) for line in f]
+        self.assertEqual([rec["label"] for rec in records], out["labels"])
+        self.assertEqual([rec["top"][0] for rec in records], out["pred"])
+        worst = max(abs(q - out["prob"][i][c]) for i, rec in enumerate(records) for c, q in zip(rec["top"], rec["prob"]))
+        print(f"crucible predict: the same top class for all {len(records)} samples, probabilities within {worst:.2g}")
+        self.assertLess(worst, 1e-5, "PyTorch's softmax of the returned model against crucible predict's")
+
+        # The loss fell: the last epoch's mean training loss against the first's (metrics.jsonl).
+        epochs = {}
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec["type"] == "train":
+                    epochs.setdefault(rec["epoch"], []).append(rec["loss"])
+        self.assertEqual(sorted(epochs), list(range(6)))
+        first, last = np.mean(epochs[0]), np.mean(epochs[5])
+        print(f"training loss: first epoch {first:.4f}, last {last:.4f}")
+        self.assertLess(last, 0.8 * first)
         self.assertGreater(out["lines"], 5)  # the trainer's progress came through the stream
-        self.assertEqual(len(out["sha"]), 64)
+        self.assertEqual(len(summary["params_sha256"]), 64)
 
     def test_a_failed_run_raises_with_the_exit_code(self):
         model = nn.Sequential(nn.Flatten(), nn.Linear(144, 3))
