@@ -52,7 +52,8 @@ demo: configure
 	@scripts/demo-verdict runs/fashion_mnist/summary.json
 
 test: setup-test build test-sanitize test-tsan
-	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200; rc=$$?; \
+	  cd $(CURDIR) && scripts/count-skips $(BUILD_DIR) --label 'make test'; exit $$rc
 
 # The torch-free library and its tests under clang with ASan + UBSan, plus every parser's
 # libFuzzer target: corpus replay and a short bounded fuzzing run each.
@@ -62,7 +63,8 @@ $(FUZZ_DIR)/build.ninja: CMakeLists.txt | setup-test
 
 test-sanitize: setup-test $(FUZZ_DIR)/build.ninja
 	@cmake --build $(FUZZ_DIR) -j $(JOBS)
-	@cd $(FUZZ_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	@cd $(FUZZ_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600; rc=$$?; \
+	  cd $(CURDIR) && scripts/count-skips $(FUZZ_DIR) --label 'make test-sanitize'; exit $$rc
 
 # The loader and thread pool under ThreadSanitizer (torch-free build).
 $(TSAN_DIR)/build.ninja: CMakeLists.txt | setup-test
@@ -88,7 +90,8 @@ $(TORCH2_DIR)/build.ninja: CMakeLists.txt | setup-torch2
 
 test-torch2: setup-torch2 $(TORCH2_DIR)/build.ninja
 	@cmake --build $(TORCH2_DIR) -j $(JOBS)
-	@cd $(TORCH2_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200 -LE '$(TORCH2_EXCLUDE)'
+	@cd $(TORCH2_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200 -LE '$(TORCH2_EXCLUDE)'; rc=$$?; \
+	  cd $(CURDIR) && scripts/count-skips $(TORCH2_DIR) --label 'make test-torch2'; exit $$rc
 
 # The Python module `crucible` (python/): torch-free, built into $(BUILD_DIR)/python/crucible;
 # import it with PYTHONPATH=$(BUILD_DIR)/python /usr/bin/python3. Its tests run in make test

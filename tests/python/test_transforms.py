@@ -5,12 +5,15 @@ rule: uniform), whole policies applied as a sample would be against torchvision'
 _apply_image_or_video_transform with the same draws, AugMix against v2.AugMix handed crucible's
 draws, rotations by multiples of 90 degrees (torch's rot90 path), and the evaluation pixels of
 crucible.ImageLoader against torchvision's v2 tensor pipeline (decode settings off: equal).
+Given crucible's draws, these show that it applies what torchvision would; that the draws follow
+torchvision's own samplers' laws is test_distributions.py's part.
 
 With the venv's torchvision (make test-torch2) the oracle is transforms.v2.functional: point
 operations must be exact; nearest and bilinear geometry within one level on >= 99.9% of pixels.
 With Debian's 0.14 (make test) the oracle is its transforms.functional: the table of differences
 (README) says where 0.14's arithmetic differs and by how much, and this test holds it to that;
-the comparisons with v2 skip there. Each run prints its table (max levels, share of pixels
+the comparisons with v2 skip there (counted by make test; in make test-torch2 a missing v2 fails them:
+oracle.py). Each run prints its table (max levels, share of pixels
 differing).
 """
 import math
@@ -22,13 +25,12 @@ import torchvision
 
 from crucible.transforms import functional as C
 
-try:
-    from torchvision.transforms.v2 import functional as T
-    from torchvision.transforms import v2 as TV2
-    V2 = True
-except ImportError:  # torchvision 0.14
+from oracle import V2, TV2, TF2, needs_v2, v2_or_v1
+
+if V2:
+    T = TF2
+else:  # torchvision 0.14 (make test); in make test-torch2 the classes that need v2 fail instead
     from torchvision.transforms import functional as T
-    V2 = False
 
 IM = torchvision.transforms.InterpolationMode
 
@@ -109,6 +111,7 @@ def operations(rnd):
 
 class OperationsTest(unittest.TestCase):
     def test_operations_equal_torchvision(self):
+        v2_or_v1(self, "the operations' exact comparison")
         rnd = Images(0)
         rows = []
         for name, (theirs, ours, magnitude) in operations(rnd).items():
@@ -150,7 +153,7 @@ class OperationsTest(unittest.TestCase):
             C.invert(torch.zeros(4, 8, 8, dtype=torch.uint8))
 
 
-@unittest.skipUnless(V2, "the policies' tables are compared with torchvision.transforms.v2's")
+@needs_v2("the policies' tables and choices")
 class PoliciesTest(unittest.TestCase):
     # (label, crucible's name, AutoAugment policy, torchvision's transform)
     TRANSFORMS = [
@@ -293,7 +296,7 @@ def augmix_with_draws(t, img, m, weights, chains):
     return out
 
 
-@unittest.skipUnless(V2, "compared with torchvision.transforms.v2's AugMix and rotate")
+@needs_v2("AugMix and the quarter turns")
 class AugMixAndQuarterTurnsTest(unittest.TestCase):
     def test_augmix_equals_torchvision_given_the_same_draws(self):
         rnd = Images(5)
@@ -348,6 +351,7 @@ class RandomSolarizeTest(unittest.TestCase):
     functional.solarize); elsewhere the image is untouched; it applies on a p share of samples."""
 
     def test_random_solarize_equals_torchvision_where_it_applies(self):
+        v2_or_v1(self, "RandomSolarize's comparison")
         from crucible import _native
         rnd = Images(7)
         images = [rnd.image(trial) for trial in range(10)]
@@ -421,7 +425,7 @@ def make_photos(root):
     return files
 
 
-@unittest.skipUnless(V2, "torchvision's v2 tensor pipeline is the reference (make test-torch2)")
+@needs_v2("the evaluation pixels against torchvision's v2 tensor pipeline")
 class PixelsTest(unittest.TestCase):
     """README, "What crucible's pixels equal": evaluation's Resize(int(crop / 0.875)) +
     CenterCrop(crop) through crucible.ImageLoader against torchvision's v2 tensor pipeline

@@ -174,13 +174,32 @@ std::string oracle_python() {
 #endif
 }
 
-bool oracle_has_transforms_v2() {
-  static const bool has = [] {
-    return run_python("try:\n    from torchvision.transforms import v2\n    print(hasattr(v2, 'MixUp'))\n"
-                      "except ImportError:\n    print(False)\n")
-               .rfind("True", 0) == 0;
+namespace {
+// "" when `from torchvision.transforms import v2` works and has MixUp, else what went wrong.
+const std::string& v2_import_error() {
+  static const std::string error = [] {
+    const std::string out = run_python(
+        "try:\n"
+        "    from torchvision.transforms import v2\n"
+        "    print('ok' if hasattr(v2, 'MixUp') else 'torchvision.transforms.v2 has no MixUp')\n"
+        "except ImportError as e:\n"
+        "    print(repr(e))\n");
+    const std::string line = out.substr(0, out.find('\n'));
+    return line == "ok" ? std::string() : line;
   }();
-  return has;
+  return error;
+}
+}  // namespace
+
+bool oracle_has_transforms_v2() { return v2_import_error().empty(); }
+std::string oracle_v2_missing() { return v2_import_error(); }
+
+bool oracles_required() {
+#ifdef CRUCIBLE_TEST_REQUIRE_ORACLES
+  return true;
+#else
+  return false;
+#endif
 }
 
 std::string run_python_in(const std::string& python, const std::string& script) {

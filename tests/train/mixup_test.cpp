@@ -9,7 +9,9 @@
 //   apply draw, each try's area share and log ratio, top and left), the erased share follows p,
 //   every box keeps torchvision's scale and ratio bounds, and nothing outside it changes;
 // The oracle is torchvision.transforms.v2 itself (oracle_python(): the venv's in make
-// test-torch2); with Debian's torchvision 0.14, which has no v2, those comparisons skip.
+// test-torch2, where a missing v2 fails them); with Debian's torchvision 0.14, which has no v2,
+// those comparisons skip (make test counts the skips). tests/python/test_distributions.py checks
+// that the draws themselves have torchvision's distributions.
 // - every draw is a pure function of (seed, step, rank) — or (seed, epoch, sample) — (law 1,
 //   PITFALLS T15).
 #include "crucible/train/mixup.h"
@@ -162,10 +164,7 @@ for lam, rx, ry, W, H in cases:
     print(int(x1), int(y1), int(x2), int(y2), repr(float(p['lam_adjusted'])))
 )PY";
 
-#define SKIP_WITHOUT_V2()                                                                                          \
-  if (!test::oracle_has_transforms_v2())                                                                          \
-  GTEST_SKIP() << "the oracle is torchvision.transforms.v2, which " << test::oracle_python()                      \
-               << "'s torchvision lacks: make test-torch2 runs this against the venv's"
+#define SKIP_WITHOUT_V2() CRUCIBLE_NEEDS_TRANSFORMS_V2("this test")
 
 std::string run_python_stdin(const std::string& script, const std::string& input) {
   test::TempDir dir;
