@@ -29,10 +29,12 @@
 #include "crucible/core/thread_pool.h"
 #include "crucible/data/array_source.h"
 #include "crucible/data/augment.h"
+#include "crucible/data/batch_draws.h"
 #include "crucible/data/image_ops.h"
 #include "crucible/data/loader.h"
 #include "crucible/data/pipeline.h"
 #include "crucible/data/sampler.h"
+#include "crucible/data/transform.h"
 #include "crucible/io/tensor_file.h"
 #include "crucible/data/data_config.h"
 #include "crucible/data/data_recipe.h"
@@ -572,6 +574,44 @@ std::vector<std::string> sample_transforms_image(py::buffer buffer, const std::v
   return phrases;
 }
 
+// ---- the draws of training's random transforms (tests/python/test_distributions.py) -------------
+
+// RandomResizedCrop's draw for sample (epoch, index) of a training run with run.seed `seed`, of a
+// width × height image, as the image pipeline makes it (the first draw of the sample's augment
+// stream): torchvision's (top, left, height, width).
+std::tuple<int, int, int, int> random_resized_crop_draw(uint64_t seed, uint64_t epoch, uint64_t index, int width,
+                                                        int height, double scale_min, double scale_max,
+                                                        double ratio_min, double ratio_max) {
+  data::RandomResizedCropOptions o;
+  o.scale_min = scale_min;
+  o.scale_max = scale_max;
+  o.ratio_min = ratio_min;
+  o.ratio_max = ratio_max;
+  SampleRng rng(derive_seed(seed, RngStream::kAugment), epoch, index);
+  const data::Rect r = data::random_resized_crop(width, height, rng, o);
+  return {r.y, r.x, r.height, r.width};
+}
+
+// Random erasing's draw for sample (epoch, index) of a run with run.seed `seed` (data::draw_erase):
+// (top, left, height, width) of the erased rectangle, or None when it is left alone.
+py::object erase_draw(uint64_t seed, int64_t epoch, int64_t index, double p, double scale_min, double scale_max,
+                      double ratio_min, double ratio_max, int64_t width, int64_t height) {
+  const data::EraseBox b =
+      data::draw_erase(seed, epoch, index, p, scale_min, scale_max, ratio_min, ratio_max, width, height);
+  if (!b.erase) return py::none();
+  return py::make_tuple(b.top, b.left, b.h, b.w);
+}
+
+// MixUp/CutMix's draw for (step, rank) of a run with run.seed `seed` (data::draw_mix):
+// ("none" | "mixup" | "cutmix", λ as drawn, λ used, (x1, y1, x2, y2), (rx, ry)).
+py::tuple mix_draw(uint64_t seed, int64_t step, int64_t rank, double mixup_alpha, double cutmix_alpha, int64_t width,
+                   int64_t height) {
+  const data::MixDraw d = data::draw_mix(seed, step, rank, mixup_alpha, cutmix_alpha, width, height);
+  const char* kind = d.kind == data::MixDraw::Kind::kMixUp ? "mixup" : d.kind == data::MixDraw::Kind::kCutMix ? "cutmix" : "none";
+  return py::make_tuple(kind, d.lam_drawn, d.lam, py::make_tuple(d.box.x1, d.box.y1, d.box.x2, d.box.y2),
+                        py::make_tuple(d.box.rx, d.box.ry));
+}
+
 }  // namespace
 }  // namespace crucible::python
 
@@ -639,6 +679,12 @@ PYBIND11_MODULE(_native, m) {
         "{keyword: \"data.key\"} of a sample transform's settings that mirror a library's keyword (augment: "
         "torchvision's num_ops, …)");
   m.def("augment_image", &augment_image, "a policy applied to one uint8 [C, H, W] array as to sample (seed, epoch, index)");
+  m.def("random_resized_crop_draw", &random_resized_crop_draw,
+        "RandomResizedCrop's (top, left, height, width) for sample (epoch, index) of a run with this run.seed");
+  m.def("erase_draw", &erase_draw,
+        "random erasing's (top, left, height, width) for sample (epoch, index) of a run with this run.seed, or None");
+  m.def("mix_draw", &mix_draw,
+        "MixUp/CutMix's draw for (step, rank) of a run with this run.seed: (kind, lam drawn, lam, box, centre)");
   m.def("load", &load, "arrays of an npy/npz/safetensors/.pt file as DLPack capsules");
   m.def("save", &save, "write (name, dtype, shape, bytes) arrays as safetensors, npy or npz");
   m.attr("version") = CRUCIBLE_VERSION;

@@ -1,17 +1,16 @@
 // MixUp and CutMix (data.mixup_alpha, data.cutmix_alpha) and random erasing (data.random_erase) as
 // batch transforms, equal to torchvision.transforms.v2's MixUp/CutMix (chosen per batch by
 // RandomChoice when both are set, as references/classification/train.py does) and RandomErasing.
-// The draws are pure functions declared here (torch-free): MixUp/CutMix of (seed, step, rank),
-// erasing of (seed, epoch, sample index) — a resumed or rerun step draws what it drew before.
+// The draws are pure, torch-free functions (data/batch_draws.h): MixUp/CutMix of (seed, step,
+// rank), erasing of (seed, epoch, sample index) — a resumed or rerun step draws what it drew before.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
-#include <utility>
 #include <vector>
 
 #include "crucible/core/config.h"
+#include "crucible/data/batch_draws.h"
 
 namespace crucible::train {
 
@@ -49,42 +48,14 @@ inline void declare_settings(ConfigSchema& s, MixUpCutMixOptions& o) {
       .non_negative();
 }
 
-// v2.CutMix.make_params given λ and the centre (rx, ry) of a width × height image: half sides
-// int(0.5·sqrt(1 - λ)·W) and ·H, clamped to the image; λ corrected to the box's area.
-struct CutMixBox {
-  int64_t x1 = 0, y1 = 0, x2 = 0, y2 = 0;
-  int64_t rx = 0, ry = 0;     // the centre drawn
-  double lam_adjusted = 1.0;  // 1 - box area / image area
-};
-CutMixBox cutmix_box(double lam, int64_t rx, int64_t ry, int64_t width, int64_t height);
-
-// One batch's mixing: which (none when neither alpha is set), λ ~ Beta(α, α), and CutMix's box.
-struct MixDraw {
-  enum class Kind { kNone, kMixUp, kCutMix };
-  Kind kind = Kind::kNone;
-  double lam = 1.0;        // the images' weight (MixUp), or the corrected weight (CutMix)
-  double lam_drawn = 1.0;  // λ as drawn from Beta(α, α) (before CutMix's correction)
-  CutMixBox box;     // CutMix only
-};
-MixDraw draw_mix(uint64_t seed, int64_t step, int64_t rank, double mixup_alpha, double cutmix_alpha, int64_t width,
-                 int64_t height);
-
-// v2.RandomErasing.get_params for one sample of a channels × height × width image: with
-// probability p, ten tries at an area in `scale` of the image and a log-uniform aspect ratio in
-// `ratio`; the first that fits gives the rectangle (top, left, h, w). `erase` false: left alone
-// (not drawn, or no try fit — torchvision then returns the image itself).
-struct EraseBox {
-  bool erase = false;
-  int64_t top = 0, left = 0, h = 0, w = 0;
-  // The draws as torchvision makes them, to hand it the same ones: torch.rand(1) against p, then
-  // per try the area share (uniform in scale) and the log aspect ratio (uniform in log ratio),
-  // both float32; top and left are its two torch.randint.
-  float apply_draw = 0;
-  int tries = 0;
-  std::array<std::pair<float, float>, 10> tried{};  // (area share, log ratio) of each try
-};
-EraseBox draw_erase(uint64_t seed, int64_t epoch, int64_t sample, double p, double scale_min, double scale_max,
-                    double ratio_min, double ratio_max, int64_t width, int64_t height);
+// The draws (CutMixBox, cutmix_box, MixDraw, draw_mix, EraseBox, draw_erase) are the data layer's
+// (data/batch_draws.h), so that the data commands and the Python module reach them too.
+using data::CutMixBox;
+using data::cutmix_box;
+using data::draw_erase;
+using data::draw_mix;
+using data::EraseBox;
+using data::MixDraw;
 
 // The batch transforms themselves (the registry's factories in recipe.cpp check the job's keys and
 // call these). MixUp/CutMix turn the targets into [B, classes] float soft targets.
