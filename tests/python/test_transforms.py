@@ -7,8 +7,6 @@ draws, rotations by multiples of 90 degrees (torch's rot90 path), and the evalua
 crucible.ImageLoader against torchvision's v2 tensor pipeline (decode settings off: equal).
 Given crucible's draws, these show that it applies what torchvision would; that the draws follow
 torchvision's own samplers' laws is test_distributions.py's part.
-Given crucible's draws, these show that it applies what torchvision would; that the draws follow
-torchvision's own samplers' laws is test_distributions.py's part.
 
 With the venv's torchvision (make test-torch2) the oracle is transforms.v2.functional: point
 operations must be exact; nearest and bilinear geometry within one level on >= 99.9% of pixels.
