@@ -45,7 +45,7 @@ import torchvision.transforms.autoaugment as A1
 
 from crucible import _native
 from crucible.transforms import functional as C
-from oracle import REQUIRED, TV2, V2, missing_message, needs_v2
+from oracle import TV2, V2, needs_v2, v2_or_v1
 
 P_MIN = 1e-6
 MAX_COMPARISONS = 45
@@ -61,14 +61,11 @@ def tearDownModule():
         f"{len(_COMPARED)} comparisons: raise MAX_COMPARISONS and the docstring's false-alarm rate with them")
 
 
-def oracle(what):
-    """Which torchvision compares `what`: v2 where it imports; v1 in make test (Debian's 0.14);
-    in make test-torch2 (CRUCIBLE_REQUIRE_ORACLES=1) a missing v2 fails."""
-    if V2:
-        return "v2"
-    if REQUIRED:
-        raise AssertionError(missing_message(what))
-    return "v1"
+def oracle(test, what):
+    """Which torchvision compares `what` in `test`: v2 where it imports; v1 in make test (Debian's
+    0.14); in make test-torch2 (CRUCIBLE_REQUIRE_ORACLES=1) a missing v2 fails the test."""
+    v2_or_v1(test, what)
+    return "v2" if V2 else "v1"
 
 
 # ---- the two-sample tests -------------------------------------------------------------------------
@@ -292,7 +289,7 @@ class AugMixTest(LawTest):
         return samples
 
     def test_mixing_weights_depth_ops_bins_and_signs(self):
-        kind = oracle("AugMix's draws against v2.AugMix")
+        kind = oracle(self, "AugMix's draws against v2.AugMix")
         print(f"\nAugMix against torchvision {kind}:")
         rnd = random.Random(46)
         configs = [  # (options, n, what is compared beyond the weights)
@@ -467,7 +464,7 @@ class RandomErasingTest(LawTest):
         return [_native.erase_draw(seed, 0, i, p, scale[0], scale[1], ratio[0], ratio[1], w, h) for i in range(n)]
 
     def test_rate_area_ratio_and_position(self):
-        kind = oracle("RandomErasing's draws against v2.RandomErasing")
+        kind = oracle(self, "RandomErasing's draws against v2.RandomErasing")
         print(f"\nRandomErasing against torchvision {kind}:")
         rnd = random.Random(48)
         configs = [  # (p, scale, ratio, width, height, n, positions compared)
@@ -537,7 +534,7 @@ class RandomResizedCropTest(LawTest):
             ctx.__exit__(None, None, None)
 
     def test_scale_ratio_and_position(self):
-        kind = oracle("RandomResizedCrop's draws against v2.RandomResizedCrop")
+        kind = oracle(self, "RandomResizedCrop's draws against v2.RandomResizedCrop")
         print(f"\nRandomResizedCrop against torchvision {kind}:")
         rnd = random.Random(49)
         configs = [((0.08, 1.0), (3 / 4, 4 / 3), 64, 48, 8000, True),  # torchvision's defaults
@@ -576,7 +573,7 @@ class PoliciesTest(LawTest):
         return torch.zeros(3, self.H, self.W, dtype=torch.uint8)
 
     def test_trivialaugment_wide(self):
-        kind = oracle("TrivialAugmentWide's draws against v2.TrivialAugmentWide")
+        kind = oracle(self, "TrivialAugmentWide's draws against v2.TrivialAugmentWide")
         n = 6000
         t = (TV2 if kind == "v2" else A1).TrivialAugmentWide()
         table = space(t, kind, 31, self.H, self.W)
@@ -598,7 +595,7 @@ class PoliciesTest(LawTest):
         self.rejects("negative with p = 0.6", [rnd.random() < 0.6 for _ in signs_ours], signs_theirs, "chi2")
 
     def test_randaugment(self):
-        kind = oracle("RandAugment's draws against v2.RandAugment")
+        kind = oracle(self, "RandAugment's draws against v2.RandAugment")
         n, magnitude = 4000, 9
         t = (TV2 if kind == "v2" else A1).RandAugment(num_ops=2, magnitude=magnitude)
         table = space(t, kind, 31, self.H, self.W)
@@ -620,7 +617,7 @@ class PoliciesTest(LawTest):
         self.rejects("negative with p = 0.6", [rnd.random() < 0.6 for _ in signs_ours], signs_theirs, "chi2")
 
     def test_autoaugment(self):
-        kind = oracle("AutoAugment's draws against v2.AutoAugment")
+        kind = oracle(self, "AutoAugment's draws against v2.AutoAugment")
         n = 8000  # imagenet's sub-policies sign ~0.4 ops a sample: enough signs to see p = 0.6
         print(f"\nAutoAugment against torchvision {kind}:")
         rnd = random.Random(52)
