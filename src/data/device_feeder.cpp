@@ -9,6 +9,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -85,6 +86,7 @@ std::optional<FedBatch> DeviceFeeder::take(const Pull& pull) {
   if (queue_.empty()) return std::nullopt;
   FedBatch front = std::move(queue_.front());
   queue_.pop_front();
+  most_ahead_ = std::max(most_ahead_, static_cast<int64_t>(queue_.size()));
   return front;
 }
 

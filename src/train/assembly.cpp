@@ -272,9 +272,15 @@ void assemble_precision(Job& job, const StoredChoices& stored) {
   if (precision.channels_last) nn::to_channels_last(*job.model);
   const data::ImageSpec spec = job.train_loader->pipeline().output_spec();
   job.input = std::make_unique<data::DeviceInput>(spec, normalize_options(c), job.device, precision.channels_last);
-  // D9: on a GPU the next data.prefetch batches are copied on a side stream while a step runs.
-  job.feeder = std::make_unique<data::DeviceFeeder>(
-      *job.input, job.device, data::DeviceFeeder::Options{job.device.is_cuda() ? c.data.prefetch : 0, false});
+  // D9: on a GPU the next data.prefetch batches are copied on a side stream while a step runs;
+  // CRUCIBLE_TEST_FEEDER_AHEAD forces a depth on any device (the weights must not change).
+  int64_t ahead = job.device.is_cuda() ? c.data.prefetch : 0;
+  if (const int64_t forced = job.env.seams.feeder_ahead; forced >= 0) {
+    log_warn("{}={}: the feeder runs {} batch(es) ahead in place of {} (test seam)", testing::kFeederAheadEnv, forced,
+             forced, ahead);
+    ahead = forced;
+  }
+  job.feeder = std::make_unique<data::DeviceFeeder>(*job.input, job.device, data::DeviceFeeder::Options{ahead, false});
   // Law 3: the input the model takes — as built, or as trained (a checkpoint's) — against what
   // the pipeline delivers; a model trained here keeps the pipeline's convention from now on.
   const nn::InputSpec expected = stored.input ? *stored.input : job.model->input_spec();

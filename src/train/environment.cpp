@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "crucible/core/error.h"
 #include "crucible/distributed/launch.h"
 
 namespace crucible::train {
@@ -19,6 +20,16 @@ std::string variable(const char* name) {
 double milliseconds(const char* name) {
   const std::string v = variable(name);
   return v.empty() ? 0.0 : std::atof(v.c_str());
+}
+
+// A count of batches, -1 when unset or empty.
+int64_t batches(const char* name) {
+  const std::string v = variable(name);
+  if (v.empty()) return -1;
+  char* end = nullptr;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (*end != '\0' || n < 0) throw bad_input("{}={}: expected a whole number of batches >= 0", name, v);
+  return n;
 }
 
 std::atomic<int64_t> g_oom_step{-1};
@@ -42,6 +53,7 @@ Environment read_environment() {
     s.slow_rank = rank;
     s.slow_rank_ms = ms;
   }
+  s.feeder_ahead = batches(testing::kFeederAheadEnv);
   return e;
 }
 

@@ -11,6 +11,7 @@
 #include "crucible/core/log.h"
 #include "crucible/core/memory.h"
 #include "crucible/core/thread_pool.h"
+#include "crucible/data/device_feeder.h"
 #include "crucible/data/loader.h"
 #include "crucible/obs/layer_profile.h"
 #include "crucible/obs/phase_clock.h"
@@ -268,6 +269,7 @@ json summary_json(Job& job, const RunState& st, SessionRecord& session, const Tr
             {"step_seconds", st.step_seconds},
             {"eval_seconds", st.train_seconds - st.step_seconds},
             {"data_wait_seconds", st.data_wait_seconds},
+            {"feeder", json{{"ahead", job.feeder->ahead()}, {"most_ahead", job.feeder->most_ahead()}}},  // D9
             {"wall_seconds", s.wall_seconds},
             {"samples_per_s", s.samples_per_s},
             {"samples", st.samples},

@@ -1,7 +1,8 @@
 // The `crucible train` program end to end, on subsets of Debian's Fashion-MNIST: exit codes
 // and messages for bad config (2), the run folder's contents, bit-exact resume after SIGKILL
 // in the second epoch (law 1, law 5), fallback past a truncated checkpoint, reruns of a
-// finished or different run, and (label slow) the default recipe on 2 ranks against 1.
+// finished or different run, the same weights with the batch feeder running ahead (D9), and
+// (label slow) the default recipe on 2 ranks against 1.
 // To add a case: build the command with small_run() and assert on files in the run folder.
 #include <unistd.h>
 
@@ -477,6 +478,43 @@ TEST(TrainCli, RerunsOfFinishedOrDifferentRuns) {
   EXPECT_EQ(read_json(d / "r/summary.json")["params_sha256"], first["params_sha256"]);
   // --resume with nothing to resume is a usage error.
   EXPECT_EQ(test::run_command(with(small_run(d, "none", 1), {"--resume"})).exit_code, 2);
+}
+
+// D9: a feeder that keeps batches queued ahead of the step (a GPU's data.prefetch; forced on the
+// CPU by CRUCIBLE_TEST_FEEDER_AHEAD) hands the steps the same batches in the same order as one that
+// pulls each batch when the step takes it, so two epochs end with the same weights: 3 ahead, 4
+// (data.prefetch's default) and 9, more than the epoch's 8 steps, so the queue runs dry at each
+// epoch's end. summary.json says how far the feeder really ran ahead.
+TEST(TrainCli, FeederRunningAheadTrainsTheSameWeightsD9) {
+  test::TempDir d;
+  auto run = [&](const std::string& name, const std::string& ahead) {
+    if (!ahead.empty()) ::setenv("CRUCIBLE_TEST_FEEDER_AHEAD", ahead.c_str(), 1);
+    auto r = test::run_command(with(small_run(d, name), {"--set", "data.train_samples=1024"}));  // 8 steps an epoch
+    ::unsetenv("CRUCIBLE_TEST_FEEDER_AHEAD");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return std::make_pair(read_json(d / (name + "/summary.json")), r.out + r.err);
+  };
+  const auto [plain, plain_log] = run("plain", "");
+  ASSERT_EQ(plain["steps"], 16) << plain.dump();
+  EXPECT_EQ(plain["feeder"]["ahead"], 0);
+  EXPECT_EQ(plain["feeder"]["most_ahead"], 0);
+  expect_contains(plain_log, "converted when taken;");
+  for (const auto& [ahead, most] : std::vector<std::pair<int, int>>{{3, 3}, {4, 4}, {9, 7}}) {
+    SCOPED_TRACE(fmt::format("{} batches ahead", ahead));
+    const auto [got, text] = run(fmt::format("ahead{}", ahead), std::to_string(ahead));
+    EXPECT_EQ(got["feeder"]["ahead"], ahead);
+    EXPECT_EQ(got["feeder"]["most_ahead"], most);  // 9 ahead: an epoch's 8 batches, one of them taken
+    expect_contains(text, fmt::format("{} batches pulled ahead", ahead));
+    EXPECT_EQ(got["params_sha256"], plain["params_sha256"]);
+    EXPECT_EQ(got["test_loss"], plain["test_loss"]);
+    EXPECT_EQ(metric_records(d / fmt::format("ahead{}/metrics.jsonl", ahead)), metric_records(d / "plain/metrics.jsonl"));
+  }
+  // A seam given a value that is not a count of batches is refused, naming it.
+  ::setenv("CRUCIBLE_TEST_FEEDER_AHEAD", "many", 1);
+  auto bad = test::run_command(small_run(d, "bad", 1));
+  ::unsetenv("CRUCIBLE_TEST_FEEDER_AHEAD");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  expect_contains(bad.err, {"CRUCIBLE_TEST_FEEDER_AHEAD=many", "whole number"});
 }
 
 // A run folder from before data.sampler = "auto" (issue 37) names the order "auto" picks for its

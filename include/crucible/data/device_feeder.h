@@ -71,6 +71,9 @@ class DeviceFeeder {
 
   size_t queued() const { return queue_.size(); }
   int64_t ahead() const { return options_.ahead; }
+  // The most batches that were ever queued behind one take() returned, over the feeder's life
+  // (reset() keeps it): what the feeder really ran ahead, at most ahead().
+  int64_t most_ahead() const { return most_ahead_; }
   bool on_side_stream() const { return side_; }
   // The copy stream (on_side_stream() only; logic_error otherwise): tests queue work on it.
   c10::Stream copy_stream() const;
@@ -87,6 +90,7 @@ class DeviceFeeder {
   std::unique_ptr<Streams> streams_;
   std::deque<FedBatch> queue_;
   bool ended_ = false;
+  int64_t most_ahead_ = 0;
 };
 
 }  // namespace crucible::data

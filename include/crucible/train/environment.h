@@ -30,6 +30,10 @@ struct TestSeams {
   std::string slow_rank_text;  // the variable as given, for the log
   int slow_rank = -1;
   double slow_rank_ms = 0;
+  // CRUCIBLE_TEST_FEEDER_AHEAD=N (D9): the training batches' feeder keeps N batches queued
+  // behind the one the step takes, on any device — on the CPU, where it runs with 0, they are
+  // pulled from the loader ahead and converted when handed over. -1 (unset or empty): off.
+  int64_t feeder_ahead = -1;
 };
 
 struct Environment {
@@ -38,7 +42,8 @@ struct Environment {
   TestSeams seams;
 };
 
-// The variables as they are now.
+// The variables as they are now. A CRUCIBLE_TEST_FEEDER_AHEAD that is not a whole number >= 0 is
+// refused (bad_input, naming it).
 Environment read_environment();
 
 namespace testing {
@@ -47,6 +52,7 @@ constexpr const char* kSampleDelayEnv = "CRUCIBLE_TEST_SAMPLE_DELAY_MS";
 constexpr const char* kAllReduceDelayEnv = "CRUCIBLE_TEST_ALLREDUCE_DELAY_MS";
 constexpr const char* kRank0OpenDelayEnv = "CRUCIBLE_TEST_RANK0_OPEN_DELAY_MS";
 constexpr const char* kSlowRankEnv = "CRUCIBLE_TEST_SLOW_RANK";
+constexpr const char* kFeederAheadEnv = "CRUCIBLE_TEST_FEEDER_AHEAD";
 
 // Test seam (T16), set in-process: at optimizer step `step`, every micro-batch larger than
 // `max_micro_batch` samples fails as an allocation failure would. step < 0 disarms it.
