@@ -287,13 +287,17 @@ Opened open_tar_list(const std::string& path, const RemoteStore& store, ShardCac
   std::vector<TarShardIndex> indexes(o.urls.size());
   std::atomic<int> from_sidecar{0}, by_download{0};
   parallel_for(o.urls.size(), threads, [&](size_t k) {
+    // The size the server states (Content-Range's total), which every download must have; the
+    // SHA-256 the sidecar records, else the MD5 of S3's ETag, which it must hash to.
     const ObjectInfo info = store.stat(o.urls[k]);
     o.checks[k].size = info.size;
     o.checks[k].md5 = info.md5();
     uint64_t size = 0;
     int64_t mtime = 0;
+    std::string sha256;
     const auto sidecar = store.read(o.urls[k] + ".idx", /*missing_ok=*/true);
-    if (sidecar && decode_tar_sidecar(*sidecar, &indexes[k], &size, &mtime) && size == info.size) {
+    if (sidecar && decode_tar_sidecar(*sidecar, &indexes[k], &size, &mtime, &sha256) && size == info.size) {
+      o.checks[k].sha256 = sha256;
       ++from_sidecar;
       return;
     }
@@ -301,6 +305,17 @@ Opened open_tar_list(const std::string& path, const RemoteStore& store, ShardCac
     indexes[k] = index_tar_bytes(file->data(), file->size(), o.urls[k]);
     ++by_download;
   });
+  std::vector<std::string> unhashed;
+  int sha_checked = 0, md5_checked = 0;
+  for (size_t k = 0; k < o.urls.size(); ++k) {
+    if (!o.checks[k].sha256.empty()) {
+      ++sha_checked;
+    } else if (!o.checks[k].md5.empty()) {
+      ++md5_checked;
+    } else {
+      unhashed.push_back(o.urls[k]);
+    }
+  }
   int64_t max_label = -1;
   for (size_t k = 0; k < o.urls.size(); ++k) {
     for (auto& m : indexes[k].samples) {
@@ -309,8 +324,17 @@ Opened open_tar_list(const std::string& path, const RemoteStore& store, ShardCac
     }
   }
   o.classes = numbered_classes(max_label);
-  o.note = fmt::format("offset indexes: {} from .idx, {} by downloading the shard", from_sidecar.load(),
-                     by_download.load());
+  o.note = fmt::format("offset indexes: {} from .idx, {} by downloading the shard; checked by size and SHA-256 from "
+                       ".idx: {}, by size and MD5 from the ETag: {}, by size only: {}",
+                       from_sidecar.load(), by_download.load(), sha_checked, md5_checked, unhashed.size());
+  if (!unhashed.empty()) {
+    std::string names;
+    for (size_t k = 0; k < unhashed.size() && k < 8; ++k) names += (k > 0 ? ", " : "") + unhashed[k];
+    if (unhashed.size() > 8) names += fmt::format(" and {} more", unhashed.size() - 8);
+    log_warn("{}: {} of {} shards are checked by size only, not hashed: no .idx with a SHA-256 beside them and no "
+             "MD5 ETag ({}); upload the <shard>.idx that opening a local shard writes",
+             path, unhashed.size(), o.urls.size(), names);
+  }
   if (by_download > 0) {
     log_warn("{}: {} of {} shards have no usable .idx beside them and were downloaded at open to be indexed; "
              "upload the <shard>.idx that opening a local shard writes",

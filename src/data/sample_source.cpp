@@ -23,6 +23,7 @@
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
 #include "crucible/core/mmap.h"
+#include "crucible/core/sha256.h"
 #include "crucible/data/pack_format.h"
 #include "crucible/data/shard_index.h"
 
@@ -408,15 +409,47 @@ TarIndex index_tar(const uint8_t* data, uint64_t size, const std::string& shard)
   return index;
 }
 
-// "<shard>.idx": "CRTARIX1", u64 shard size, i64 shard mtime (ns), u64 skipped, u64 count, then
-// count × {u64 offset, u64 size, i64 label, u32 key length, key bytes}, then u32 CRC-32 of all
-// the bytes before it. Everything little-endian.
-constexpr char kTarIndexMagic[8] = {'C', 'R', 'T', 'A', 'R', 'I', 'X', '1'};
+// "<shard>.idx": "CRTARIX2", u64 shard size, i64 shard mtime (ns), the shard's SHA-256 (32 raw
+// bytes), u64 skipped, u64 count, then count × {u64 offset, u64 size, i64 label, u32 key length,
+// key bytes}, then u32 CRC-32 of all the bytes before it. Everything little-endian. "CRTARIX1",
+// written before the hash was recorded, is the same without the SHA-256: still read.
+constexpr char kTarIndexMagicV1[8] = {'C', 'R', 'T', 'A', 'R', 'I', 'X', '1'};
+constexpr char kTarIndexMagic[8] = {'C', 'R', 'T', 'A', 'R', 'I', 'X', '2'};
 
-std::string encode_tar_index(const TarIndex& index, uint64_t shard_size, int64_t mtime_ns) {
-  std::string out(kTarIndexMagic, 8);
+// Lower-case hex of `n` raw bytes, and back (false unless 2n hex digits).
+std::string to_hex(const uint8_t* p, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(digits[p[i] >> 4]);
+    out.push_back(digits[p[i] & 15]);
+  }
+  return out;
+}
+bool from_hex(const std::string& hex, std::string* raw) {
+  auto nibble = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  raw->clear();
+  if (hex.size() % 2 != 0) return false;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    raw->push_back(static_cast<char>(hi << 4 | lo));
+  }
+  return true;
+}
+
+// An empty `sha256` writes the old format (CRTARIX1).
+std::string encode_tar_index(const TarIndex& index, uint64_t shard_size, int64_t mtime_ns, const std::string& sha256) {
+  std::string raw_sha;
+  if (!sha256.empty() && (!from_hex(sha256, &raw_sha) || raw_sha.size() != 32)) {
+    throw std::invalid_argument("encode_tar_index: expected a SHA-256 of 64 hex digits, found \"" + sha256 + "\"");
+  }
+  std::string out(sha256.empty() ? kTarIndexMagicV1 : kTarIndexMagic, 8);
   append_le64(out, shard_size);
   append_le64(out, static_cast<uint64_t>(mtime_ns));
+  out += raw_sha;
   append_le64(out, index.skipped);
   append_le64(out, index.samples.size());
   for (const auto& s : index.samples) {
@@ -430,17 +463,24 @@ std::string encode_tar_index(const TarIndex& index, uint64_t shard_size, int64_t
   return out;
 }
 
-// A sidecar's index and the size and mtime of the shard it describes; false when damaged.
-bool decode_tar_index(const std::string& raw, TarIndex* index, uint64_t* shard_size, int64_t* mtime_ns) {
+// A sidecar's index, the size and mtime of the shard it describes and its SHA-256 (hex; empty
+// in the old format); false when damaged.
+bool decode_tar_index(const std::string& raw, TarIndex* index, uint64_t* shard_size, int64_t* mtime_ns,
+                      std::string* sha256) {
   const auto* p = reinterpret_cast<const uint8_t*>(raw.data());
   const size_t n = raw.size();
-  if (n < 44 || std::memcmp(p, kTarIndexMagic, 8) != 0) return false;
+  if (n < 8) return false;
+  const bool v1 = std::memcmp(p, kTarIndexMagicV1, 8) == 0;
+  if (!v1 && std::memcmp(p, kTarIndexMagic, 8) != 0) return false;
+  const size_t hash_bytes = v1 ? 0 : 32;
+  if (n < 44 + hash_bytes) return false;
   if (crc32(0, p, static_cast<uInt>(n - 4)) != load_le32(p + n - 4)) return false;
   const uint64_t size = load_le64(p + 8);
   TarIndex out;
-  out.skipped = load_le64(p + 24);
-  const uint64_t count = load_le64(p + 32);
-  size_t at = 40;
+  size_t at = 24 + hash_bytes;
+  out.skipped = load_le64(p + at);
+  const uint64_t count = load_le64(p + at + 8);
+  at += 16;
   const size_t end = n - 4;
   if (count > (end - at) / 28) return false;
   out.samples.reserve(static_cast<size_t>(count));
@@ -461,11 +501,14 @@ bool decode_tar_index(const std::string& raw, TarIndex* index, uint64_t* shard_s
   *index = std::move(out);
   *shard_size = size;
   *mtime_ns = static_cast<int64_t>(load_le64(p + 16));
+  if (sha256 != nullptr) *sha256 = v1 ? "" : to_hex(p + 24, 32);
   return true;
 }
 
-// The sidecar index when it exists, is intact and matches the shard; otherwise false.
-bool read_tar_index(const std::string& path, uint64_t shard_size, int64_t mtime_ns, TarIndex* index) {
+// The sidecar index when it exists, is intact and matches the shard, with the shard's SHA-256
+// (empty from an old sidecar); otherwise false.
+bool read_tar_index(const std::string& path, uint64_t shard_size, int64_t mtime_ns, TarIndex* index,
+                    std::string* sha256) {
   std::string raw;
   try {
     raw = read_file(path);
@@ -475,7 +518,7 @@ bool read_tar_index(const std::string& path, uint64_t shard_size, int64_t mtime_
   TarIndex out;
   uint64_t size = 0;
   int64_t mtime = 0;
-  if (!decode_tar_index(raw, &out, &size, &mtime) || size != shard_size || mtime != mtime_ns) return false;
+  if (!decode_tar_index(raw, &out, &size, &mtime, sha256) || size != shard_size || mtime != mtime_ns) return false;
   *index = std::move(out);
   return true;
 }
@@ -492,15 +535,27 @@ class TarShardSource final : public SampleSource {
       if (::stat(shard.c_str(), &st) != 0) throw runtime_error("cannot stat {}: {}", shard, errno_text(errno));
       const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
       TarIndex index;
+      std::string sha256;
       const std::string idx_path = shard + ".idx";
+      bool write = false;
       if (static_cast<uint64_t>(st.st_size) == file->size() &&
-          read_tar_index(idx_path, file->size(), mtime_ns, &index)) {
+          read_tar_index(idx_path, file->size(), mtime_ns, &index, &sha256)) {
         ++indexes_read_;
+        // An index from before the hash was recorded: given it where the folder takes writes (a
+        // remote copy of the shard is verified by it), once.
+        const fs::path folder = fs::path(idx_path).parent_path();
+        write = sha256.empty() && ::access(folder.empty() ? "." : folder.c_str(), W_OK) == 0;
+        hashes_added_ += write;
       } else {
         index = index_tar(file->data(), file->size(), shard);
         ++indexes_built_;
+        write = true;
+      }
+      if (write) {
         try {
-          write_file_atomic(idx_path, encode_tar_index(index, file->size(), mtime_ns));
+          Sha256 hash;
+          hash.update(file->data(), file->size());
+          write_file_atomic(idx_path, encode_tar_index(index, file->size(), mtime_ns, hash.hex_digest()));
         } catch (const Error&) {
           // a read-only folder: the index is rebuilt at the next open
         }
@@ -527,9 +582,10 @@ class TarShardSource final : public SampleSource {
 
   std::string describe() const override {
     return fmt::format("{} tar shard{} ({}{}): {} samples, {} skipped without an image; offset indexes: {} read from "
-                       ".idx, {} built",
+                       ".idx, {} built{}",
                        names_.size(), names_.size() == 1 ? "" : "s", names_.front(), names_.size() > 1 ? ", ..." : "",
-                       records_.size(), skipped_, indexes_read_, indexes_built_);
+                       records_.size(), skipped_, indexes_read_, indexes_built_,
+                       hashes_added_ > 0 ? fmt::format(", {} given the shard's SHA-256", hashes_added_) : "");
   }
 
  private:
@@ -547,6 +603,7 @@ class TarShardSource final : public SampleSource {
   uint64_t skipped_ = 0;
   int indexes_read_ = 0;
   int indexes_built_ = 0;
+  int hashes_added_ = 0;  // old indexes rewritten with the shard's SHA-256
 };
 
 // ---- LMDB ---------------------------------------------------------------------------------
@@ -886,12 +943,14 @@ TarShardIndex index_tar_bytes(const uint8_t* data, uint64_t size, const std::str
   return index_tar(data, size, shard);
 }
 
-bool decode_tar_sidecar(const std::string& raw, TarShardIndex* index, uint64_t* shard_size, int64_t* mtime_ns) {
-  return decode_tar_index(raw, index, shard_size, mtime_ns);
+bool decode_tar_sidecar(const std::string& raw, TarShardIndex* index, uint64_t* shard_size, int64_t* mtime_ns,
+                        std::string* sha256) {
+  return decode_tar_index(raw, index, shard_size, mtime_ns, sha256);
 }
 
-std::string encode_tar_sidecar(const TarShardIndex& index, uint64_t shard_size, int64_t mtime_ns) {
-  return encode_tar_index(index, shard_size, mtime_ns);
+std::string encode_tar_sidecar(const TarShardIndex& index, uint64_t shard_size, int64_t mtime_ns,
+                               const std::string& sha256) {
+  return encode_tar_index(index, shard_size, mtime_ns, sha256);
 }
 
 PackedIndex parse_packed_index(const std::string& raw, const std::string& ip) {

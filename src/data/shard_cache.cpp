@@ -303,11 +303,21 @@ void ShardCache::download(const std::string& url, const std::string& path, uint6
     failed_checks_.fetch_add(1, std::memory_order_relaxed);
     log_warn("{}: the download has {} (try {} of {}); deleted", url, last, attempt, tries_);
   }
-  throw runtime_error("{}: {} downloads failed their check; the last had {}", url, tries_, last);
+  const std::string why = fmt::format("{}: {} downloads failed their check; the last had {}", url, tries_, last);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_[url] = why;
+  }
+  throw runtime_error("{}", why);
 }
 
 std::shared_ptr<const MappedFile> ShardCache::get(const std::string& url, const ShardCheck& check) {
   const std::string path = dir_ + "/" + file_name(url);
+  auto failed_before = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = failed_.find(url);
+    if (it != failed_.end()) throw runtime_error("{}", it->second);
+  };
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = open_.find(path);
@@ -315,6 +325,7 @@ std::shared_ptr<const MappedFile> ShardCache::get(const std::string& url, const 
       if (auto held = it->second.lock()) return held;  // mapped here already: not counted
     }
   }
+  failed_before();
   auto remember = [&](std::shared_ptr<const MappedFile> f) {
     std::lock_guard<std::mutex> lock(mu_);
     open_[path] = f;
@@ -339,6 +350,7 @@ std::shared_ptr<const MappedFile> ShardCache::get(const std::string& url, const 
     // A cached file of another size (the object changed): replaced when nobody reads it.
     log_warn("shard cache: {} holds {} bytes but {} has {}; downloading it again", path, f->size(), url, check.size);
   }
+  failed_before();  // while this thread waited for the lock, another's downloads failed
   const uint64_t size = check.size > 0 ? check.size : stat_(url);
   if (size > static_cast<uint64_t>(max_bytes_)) {
     throw bad_input("data.cache_bytes = {} cannot hold {} ({} bytes): raise it above the largest shard", max_bytes_,

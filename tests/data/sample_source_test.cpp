@@ -29,6 +29,7 @@
 #include "crucible/core/file.h"
 #include "crucible/data/decode.h"
 #include "crucible/data/pack.h"
+#include "crucible/data/shard_index.h"
 #include "crucible/io/idx.h"
 #include "crucible/data/data_setup.h"
 #include "test_util.h"
@@ -354,6 +355,40 @@ TEST(TarShardSource, SidecarIndexIsWrittenReusedAndRebuilt) {
     EXPECT_FALSE(fs::exists(d / "ro/s.tar.idx"));
     ::chmod((d / "ro").c_str(), 0755);
   }
+}
+
+// The .idx records the shard's SHA-256, what a remote copy of the shard is verified by (Python's
+// hashlib the oracle). One written before the hash was recorded ("CRTARIX1") still reads, and
+// opening the shard gives it the hash, once.
+TEST(TarShardSource, SidecarRecordsTheShardsSha256AndAnOldOneIsGivenIt) {
+  test::TempDir d;
+  const std::string shard = d / "s.tar";
+  const json want = json::parse(test::run_python(webdataset_shard_script(shard, "GNU_FORMAT")));
+  const std::string sha = test::run_python("import hashlib; print(hashlib.sha256(open('" + shard +
+                                           "', 'rb').read()).hexdigest(), end='')");
+  ASSERT_EQ(sha.size(), 64u) << sha;
+  open_tar_shards({shard});
+  TarShardIndex index;
+  uint64_t size = 0;
+  int64_t mtime = 0;
+  std::string recorded;
+  ASSERT_TRUE(decode_tar_sidecar(test::read_text(shard + ".idx"), &index, &size, &mtime, &recorded));
+  EXPECT_EQ(recorded, sha);
+  EXPECT_EQ(size, fs::file_size(shard));
+
+  test::write_text(shard + ".idx", encode_tar_sidecar(index, size, mtime, ""));  // the old format
+  ASSERT_EQ(test::read_text(shard + ".idx").substr(0, 8), "CRTARIX1");
+  ASSERT_TRUE(decode_tar_sidecar(test::read_text(shard + ".idx"), &index, &size, &mtime, &recorded));
+  EXPECT_EQ(recorded, "");
+  auto old = open_tar_shards({shard});
+  EXPECT_NE(old->describe().find("1 read from .idx, 0 built, 1 given the shard's SHA-256"), std::string::npos)
+      << old->describe();
+  expect_samples(*old, shard, want);
+  ASSERT_TRUE(decode_tar_sidecar(test::read_text(shard + ".idx"), &index, &size, &mtime, &recorded));
+  EXPECT_EQ(recorded, sha);
+  const std::string again = open_tar_shards({shard})->describe();
+  EXPECT_NE(again.find("1 read from .idx, 0 built"), std::string::npos) << again;
+  EXPECT_EQ(again.find("given"), std::string::npos) << again;
 }
 
 TEST(TarShardSource, TruncatedOrCorruptShardNamesTheOffset) {

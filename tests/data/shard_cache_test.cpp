@@ -144,6 +144,11 @@ TEST(ShardCache, ADownloadThatFailsItsCheckIsDeletedNeverUsed) {
   for (const auto& e : fs::directory_iterator(fake.dir)) {
     EXPECT_EQ(e.path().string().find(".part-"), std::string::npos) << e.path();
   }
+  // Asked again (another sample of the shard, another thread): the same error, no download.
+  const int fetches = fake.fetches.load();
+  test::expect_runtime_error([&] { cache.get("http://h/b.tar", {1000, sha256_hex(content("http://h/b.tar", 1000)), ""}); },
+                             {"http://h/b.tar", "3 downloads failed their check", "SHA-256"});
+  EXPECT_EQ(fake.fetches.load(), fetches);
   // A wrong size is caught as well (an MD5 from the ETag, then the size).
   ShardCache sized(fake.dir, 10000, [](const std::string&, uint64_t, int fd) { return write_at(fd, "short"); }, Fake::stat, 2);
   test::expect_runtime_error([&] { sized.get("http://h/c.tar", {1000, "", ""}); }, {"http://h/c.tar", "5 bytes where 1000"});

@@ -7,6 +7,9 @@
 // Opening reads the index only: a packed set's index.crpk, or each tar shard's "<shard>.idx"
 // sidecar (written beside local shards when they are opened: upload it with the shard). A tar
 // shard without a sidecar is downloaded at open to be indexed, and the log says how many were.
+// Every download is checked before use: its size (the index's, else the server's), and the
+// SHA-256 the index records, else the MD5 of S3's ETag; the log names, once at open, each shard
+// that has neither and is checked by size only.
 //
 // I/O threads apart from the loader's decode threads fetch the shards of the planned order
 // (SampleSource::plan) ahead, pinning at most `ahead_shards` of them; a decode thread waits only

@@ -65,7 +65,9 @@ std::unique_ptr<SampleSource> open_image_folder(const std::string& root);
 // WebDataset tar shards: consecutive members sharing a key (path up to the first '.' of the
 // base name) form a sample; its image is the member with extension jpg/jpeg/png, its label the
 // member cls/cls.txt/label/label.txt (a decimal integer). Random access through an offset
-// index built on open, or read from "<shard>.idx" beside the shard when it matches.
+// index built on open, or read from "<shard>.idx" beside the shard when it matches. A built
+// index is written there with the shard's SHA-256 (what a remote copy is verified by); an old
+// one without the hash is rewritten with it where the folder takes writes.
 std::unique_ptr<SampleSource> open_tar_shards(const std::vector<std::string>& shards);
 
 // An LMDB environment (a folder holding data.mdb) whose values are u32 LE label followed by

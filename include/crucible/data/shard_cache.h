@@ -58,7 +58,8 @@ class ShardCache {
   // The shard, mapped and pinned until the last copy of the pointer goes: from the folder when
   // there, else downloaded (waiting for room while every shard is pinned, at most `wait_s`).
   // bad_input when the shard alone is larger than the cache; runtime_error when its downloads
-  // keep failing their check, or no room came in time.
+  // keep failing their check (`tries` of them; this process then gives the same error for the
+  // shard at once, never downloading it again), or no room came in time.
   std::shared_ptr<const MappedFile> get(const std::string& url, const ShardCheck& check);
 
   // Bytes the folder's files hold now (the sum of their sizes; part files included).
@@ -96,6 +97,7 @@ class ShardCache {
   TestHook test_hook_;
   std::mutex mu_;
   std::map<std::string, std::weak_ptr<const MappedFile>> open_;  // guarded by mu_: this process's pins
+  std::map<std::string, std::string> failed_;  // guarded by mu_: URL → why its downloads failed their check
   std::atomic<int64_t> hits_{0}, downloads_{0}, bytes_{0}, evictions_{0}, failed_checks_{0};
 };
 

@@ -28,10 +28,14 @@ struct TarShardIndex {
 // and groups members into WebDataset samples. bad_input naming `shard` for a damaged archive.
 TarShardIndex index_tar_bytes(const uint8_t* data, uint64_t size, const std::string& shard);
 
-// "<shard>.idx" (written beside local shards when they are opened): the index and the size and
-// mtime of the shard it describes; false when `raw` is damaged or not such a file.
-bool decode_tar_sidecar(const std::string& raw, TarShardIndex* index, uint64_t* shard_size, int64_t* mtime_ns);
-std::string encode_tar_sidecar(const TarShardIndex& index, uint64_t shard_size, int64_t mtime_ns);
+// "<shard>.idx" (written beside local shards when they are opened): the index and the size,
+// mtime and SHA-256 (hex) of the shard it describes; false when `raw` is damaged or not such a
+// file. A sidecar written before the hash was recorded still reads, with `sha256` empty; encoding
+// with an empty `sha256` writes that old format.
+bool decode_tar_sidecar(const std::string& raw, TarShardIndex* index, uint64_t* shard_size, int64_t* mtime_ns,
+                        std::string* sha256 = nullptr);
+std::string encode_tar_sidecar(const TarShardIndex& index, uint64_t shard_size, int64_t mtime_ns,
+                               const std::string& sha256);
 
 // index.crpk, parsed and checked against itself (records name listed shards, labels >= -1,
 // offsets aligned); `name` is what messages call it. Checking records against the shards'
