@@ -1,6 +1,7 @@
 // bind_data_config: the reference of every [data] key (defaults, allowed values, help).
 #include "crucible/data/data_config.h"
 
+#include "crucible/data/batch_settings.h"
 #include "crucible/data/data_recipe.h"
 
 namespace crucible::data {
@@ -73,6 +74,9 @@ void bind_data_config(DataConfig& c, ConfigSchema& s) {
   s.add("data", "s3_endpoint", &c.s3_endpoint,
         "s3:// data from an S3-compatible store (MinIO, Ceph, R2, GCS): http(s)://host[:port], path-style; \"\" = AWS");
   s.add("data", "s3_region", &c.s3_region, "s3:// data: the region signed for (\"\" = AWS_REGION, else us-east-1)");
+  s.add("data", "ca_bundle", &c.ca_bundle,
+        "remote data over HTTPS: a PEM file of the authorities servers are verified by (a private CA); \"\" = the "
+        "first set of AWS_CA_BUNDLE, CURL_CA_BUNDLE, SSL_CERT_FILE, else the system's");
   s.add("data", "remote_tries", &c.remote_tries,
         "remote data: attempts per request (5xx, timeouts, resets, truncated bodies) before the run stops").min(1);
   s.add("data", "remote_timeout", &c.remote_timeout, "remote data: seconds without a byte before a request is retried")
@@ -83,6 +87,12 @@ void bind_data_config(DataConfig& c, ConfigSchema& s) {
         "remote data: the size of the range requests a shard is downloaded in, data.io_threads of them at once")
       .min(1);
   declare_data_piece_settings(c, s);  // the pieces' own keys, declared in their files
+  declare_batch_transform_settings(c, s);  // and the device's batch transforms' (batch_settings.h)
+}
+
+void declare_batch_transform_settings(DataConfig& c, ConfigSchema& s) {
+  declare_settings(s, c.pieces.of<RandomErasingOptions>(kRandomErasingPiece));
+  declare_settings(s, c.pieces.of<MixUpCutMixOptions>(kMixUpCutMixPiece));
 }
 
 }  // namespace crucible::data

@@ -136,6 +136,7 @@ RemoteSourceOptions remote_source_options(const DataConfig& c, bool train) {
   RemoteSourceOptions o;
   o.remote.s3_endpoint = c.s3_endpoint;
   o.remote.s3_region = c.s3_region;
+  o.remote.ca_bundle = c.ca_bundle;
   o.remote.tries = static_cast<int>(c.remote_tries);
   o.remote.timeout_s = c.remote_timeout;
   o.remote.connections = static_cast<int>(c.io_threads);

@@ -43,7 +43,23 @@ struct Target {
   bool s3 = false;
   std::string host;  // S3: the Host header signed
   std::string path;  // S3: the path signed, not yet encoded
+  std::string region;  // S3: the region signed for
 };
+
+// "%41" → "A" (a Location's path, before it is signed).
+std::string percent_decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
 
 // The XML <Code> / <Message> of an S3 error body, or the body's start.
 std::string error_detail(const std::string& body) {
@@ -74,6 +90,9 @@ struct Attempt {
   std::string etag;
   uint64_t range_total = 0;  // "Content-Range: bytes a-b/total"
   bool has_range_total = false;
+  std::string location;       // a redirect's target
+  std::string bucket_region;  // S3's x-amz-bucket-region
+  std::string effective_url;  // where the last response came from (after redirects)
   long header_status = 0;    // from the status line, while the body arrives
   // A download's part: a 2xx body goes straight into the file at sink_offset (no copy in memory).
   int sink_fd = -1;
@@ -106,9 +125,15 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
 size_t on_header(char* data, size_t size, size_t n, void* user) {
   auto* a = static_cast<Attempt*>(user);
   const std::string line(data, size * n);
-  if (starts_with(line, "HTTP/")) {  // a new response (after a 100 Continue): forget the last
+  if (starts_with(line, "HTTP/")) {  // a new response (after a 100 Continue, a redirect): forget the last
     a->has_content_length = a->has_range_total = false;
     a->etag.clear();
+    a->location.clear();
+    a->bucket_region.clear();
+    if (a->header_status / 100 != 2) {  // what a redirect's body brought is not this response's
+      a->body.clear();
+      a->received = 0;
+    }
     const size_t sp = line.find(' ');
     a->header_status = sp == std::string::npos ? 0 : std::strtol(line.c_str() + sp + 1, nullptr, 10);
     return size * n;
@@ -122,6 +147,10 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
   } else if (name == "etag") {
     a->etag = value;
     a->etag.erase(std::remove(a->etag.begin(), a->etag.end(), '"'), a->etag.end());
+  } else if (name == "location") {
+    a->location = value;
+  } else if (name == "x-amz-bucket-region") {
+    a->bucket_region = value;
   } else if (name == "content-range") {
     const size_t slash = value.rfind('/');
     if (slash != std::string::npos && value.substr(slash + 1) != "*") {
@@ -167,7 +196,8 @@ struct RemoteStore::Impl {
   bool have_credentials = false;  // guarded by mu
   FoundS3Credentials credentials;  // guarded by mu
   std::string region;
-  std::string ca_bundle;  // AWS_CA_BUNDLE: certificates to verify HTTPS with (else the system's)
+  std::string ca_bundle;  // the authorities HTTPS is verified by (empty: the system's)
+  std::string ca_source;  // where they came from, for messages: "data.ca_bundle = /x.pem"
   std::atomic<int64_t> requests{0}, retries{0}, bytes{0}, objects{0};
 
   explicit Impl(const RemoteOptions& o) : options(o) {
@@ -181,8 +211,21 @@ struct RemoteStore::Impl {
       if (v != nullptr) region = v;
     }
     if (region.empty()) region = "us-east-1";
-    const char* bundle = o.env ? o.env("AWS_CA_BUNDLE") : nullptr;  // the AWS tools' custom authority
-    if (bundle != nullptr && *bundle != 0) ca_bundle = bundle;
+    // A private authority: the setting, else the AWS tools', curl's and OpenSSL's variables.
+    if (!o.ca_bundle.empty()) {
+      ca_bundle = o.ca_bundle;
+      ca_source = "data.ca_bundle = " + ca_bundle;
+    }
+    for (const char* n : {"AWS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE"}) {
+      if (!ca_bundle.empty()) break;
+      const char* v = o.env ? o.env(n) : nullptr;
+      if (v != nullptr && *v != 0) {
+        ca_bundle = v;
+        ca_source = std::string(n) + " = " + ca_bundle;
+      }
+    }
+    if (ca_bundle.empty()) ca_source = "the system's authorities (none of data.ca_bundle, AWS_CA_BUNDLE, CURL_CA_BUNDLE, "
+                                       "SSL_CERT_FILE is set)";
   }
   ~Impl() {
     for (CURL* h : idle) curl_easy_cleanup(h);
@@ -223,6 +266,7 @@ struct RemoteStore::Impl {
       return t;
     }
     t.s3 = true;
+    t.region = region;
     const std::string rest = url.substr(5);
     const size_t slash = rest.find('/');
     const std::string bucket = rest.substr(0, slash);
@@ -248,6 +292,33 @@ struct RemoteStore::Impl {
     return t;
   }
 
+  // Where an S3 redirect (302, 307, 308) of `from` sends the request: the Location's host and
+  // path, to be signed again (the old signature covers the old ones), in the region S3 names.
+  static Target redirected(const std::string& url, const Target& from, const Attempt& a) {
+    if (a.location.empty()) throw bad_input("{}: HTTP {} without a Location to follow", url, a.status);
+    std::string location = a.location;
+    if (starts_with(location, "/")) {  // relative: the same scheme and host
+      const size_t scheme = from.url.find("://");
+      location = from.url.substr(0, from.url.find('/', scheme + 3)) + location;
+    }
+    const size_t scheme = location.find("://");
+    if (!(starts_with(location, "http://") || starts_with(location, "https://"))) {
+      throw bad_input("{}: HTTP {} to {}: expected an http(s) URL to follow", url, a.status, a.location);
+    }
+    if (location.find('?') != std::string::npos) {
+      throw bad_input("{}: HTTP {} to {}: a redirect with a query is not signed again; point data.s3_endpoint at "
+                      "where the objects are",
+                      url, a.status, a.location);
+    }
+    Target t = from;
+    const size_t path_at = location.find('/', scheme + 3);
+    t.host = location.substr(scheme + 3, path_at == std::string::npos ? std::string::npos : path_at - scheme - 3);
+    t.path = path_at == std::string::npos ? "/" : percent_decode(location.substr(path_at));
+    t.url = location.substr(0, path_at) + sigv4_uri_encode(t.path, true);
+    if (!a.bucket_region.empty()) t.region = a.bucket_region;
+    return t;
+  }
+
   // One try of `method` on `t` (a range when size > 0).
   Attempt perform(const Target& t, const char* method, uint64_t offset, uint64_t size, int sink_fd) {
     Attempt a;
@@ -262,7 +333,7 @@ struct RemoteStore::Impl {
       r.host = t.host;
       r.path = t.path;
       r.headers = headers;
-      headers = sign_s3_request(r, creds().credentials, region, amz_date_now()).headers;
+      headers = sign_s3_request(r, creds().credentials, t.region, amz_date_now()).headers;
       headers.erase(std::remove_if(headers.begin(), headers.end(), [](const auto& h) { return h.first == "host"; }),
                     headers.end());  // curl sends the same Host itself
     }
@@ -286,12 +357,17 @@ struct RemoteStore::Impl {
     curl_easy_setopt(h, CURLOPT_USERAGENT, "crucible/" CRUCIBLE_VERSION);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);  // fewer, larger writes
     if (!ca_bundle.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, ca_bundle.c_str());
-    if (!t.s3) {  // a plain URL may move (http → https, a mirror); a signed S3 request may not
+    if (!t.s3) {  // a plain URL may move (http → https, a mirror); an S3 one is signed again (request())
       curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
-      curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+      curl_easy_setopt(h, CURLOPT_MAXREDIRS, static_cast<long>(kMaxRedirects));
+      curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     }
     a.code = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &a.status);
+    const char* effective = nullptr;
+    if (curl_easy_getinfo(h, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK && effective != nullptr) {
+      a.effective_url = effective;
+    }
     if (a.code != CURLE_OK) a.curl_error = error[0] != 0 ? error : curl_easy_strerror(a.code);
     release(h);
     curl_slist_free_all(list);
@@ -305,12 +381,36 @@ struct RemoteStore::Impl {
   // With `sink_fd`, a successful body is written into that file at `offset` instead.
   std::optional<Attempt> request(const std::string& url, const char* method, uint64_t offset, uint64_t size,
                                  bool missing_ok, int sink_fd = -1) {
-    const Target t = target(url);
+    Target t = target(url);
     std::string last;
     const int tries = std::max(1, options.tries);
+    int redirects = 0;
     for (int attempt = 1;; ++attempt) {
       Attempt a = perform(t, method, offset, size, sink_fd);
       if (a.sink_errno != 0) throw runtime_error("cannot write the download of {}: {}", url, errno_text(a.sink_errno));
+      if (a.code == CURLE_PEER_FAILED_VERIFICATION) {
+        throw bad_input("{}: the server's certificate is not trusted ({}); verified against {}. Name the authority "
+                        "that signed it (a PEM file) in data.ca_bundle, or in AWS_CA_BUNDLE, CURL_CA_BUNDLE or "
+                        "SSL_CERT_FILE",
+                        url, a.curl_error, ca_source);
+      }
+      if (a.code == CURLE_SSL_CACERT_BADFILE) {
+        throw bad_input("{}: cannot read the certificate authorities of {} ({}): expected a PEM file", url, ca_source,
+                        a.curl_error);
+      }
+      if (a.code == CURLE_TOO_MANY_REDIRECTS) {
+        throw bad_input("{}: more than {} redirects (the last to {}): a redirect loop", url, kMaxRedirects,
+                        a.effective_url);
+      }
+      if (a.code == CURLE_OK && t.s3 && (a.status == 302 || a.status == 307 || a.status == 308)) {
+        if (++redirects > kMaxRedirects) {
+          throw bad_input("{}: more than {} redirects (the last to {}): a redirect loop", url, kMaxRedirects,
+                          a.location);
+        }
+        t = redirected(url, t, a);
+        --attempt;  // a redirect is not a try
+        continue;
+      }
       const bool head = std::string(method) == "HEAD";
       if (a.code == CURLE_WRITE_ERROR && sink_fd >= 0 && a.status == 200 && offset == 0) {
         throw runtime_error("{}: the server answers a range request with the whole object (it ignores Range)", url);
@@ -361,7 +461,10 @@ struct RemoteStore::Impl {
       case 404: why = "the object does not exist"; break;
       case 403: why = "access denied"; break;
       case 401: why = "not authorised"; break;
-      case 301: why = "the bucket is in another region than " + region + " (data.s3_region)"; break;
+      case 301:
+        why = "the bucket is in another region than " + t.region + " (data.s3_region)" +
+              (a.bucket_region.empty() ? "" : "; S3 says " + a.bucket_region);
+        break;
       case 416: why = "the range is outside the object"; break;
       default: why = "the request was refused"; break;
     }
@@ -369,7 +472,7 @@ struct RemoteStore::Impl {
     std::string creds;
     if (t.s3) {
       std::lock_guard<std::mutex> lock(mu);
-      creds = fmt::format("; credentials from {}, region {}, endpoint {}", credentials.source, region,
+      creds = fmt::format("; credentials from {}, region {}, endpoint {}", credentials.source, t.region,
                           options.s3_endpoint.empty() ? "AWS" : options.s3_endpoint);
     }
     throw bad_input("{}: HTTP {}: {}{}{}", url, a.status, why, detail.empty() ? "" : " (" + detail + ")", creds);

@@ -19,6 +19,7 @@ import json
 import os
 import random
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, SUPPORT)
 from fault_proxy import KINDS, FaultProxy  # noqa: E402
 from nginx_server import NginxServer  # noqa: E402
+from tls_certs import make_certificates  # noqa: E402
 
 BIG = random.Random(1).randbytes(4 * 1024 * 1024)
 SMALL = random.Random(2).randbytes(64 * 1024)
@@ -161,6 +163,32 @@ class Nginx(unittest.TestCase):
     def test_forbidden_is_403_even_for_a_file_that_exists(self):
         self.assertEqual(get(NGINX.url, "/forbidden/x")[0], 403)
         self.assertEqual(get(NGINX.url, "/missing.bin")[0], 404)
+
+    def test_moved_is_302_to_the_path_without_it_and_loop_is_302_to_itself(self):
+        status, headers, _ = get(NGINX.url, "/moved/small.bin")
+        self.assertEqual((status, headers["Location"]), (302, NGINX.url + "/small.bin"))
+        status, headers, _ = get(NGINX.url, "/loop/small.bin")
+        self.assertEqual((status, headers["Location"]), (302, NGINX.url + "/loop/small.bin"))
+
+    def test_https_with_a_test_made_certificate_trusted_only_through_its_authority(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            certs = make_certificates(tmp)
+            with NginxServer(TMP.name, tls=(certs["cert"], certs["key"])) as https:
+                self.assertTrue(https.url.startswith("https://127.0.0.1:"), https.url)
+                host, port = https.url[len("https://"):].rsplit(":", 1)
+                trusted = ssl.create_default_context(cafile=certs["ca"])
+                conn = http.client.HTTPSConnection(host, int(port), context=trusted, timeout=10)
+                try:
+                    status, headers, body = fetch(conn, "/big.bin", headers={"Range": "bytes=10-19"})
+                    self.assertEqual((status, body), (206, BIG[10:20]))
+                finally:
+                    conn.close()
+                for cafile in (None, certs["other_ca"]):  # the system's authorities, another one
+                    context = ssl.create_default_context(cafile=cafile)
+                    conn = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
+                    with self.assertRaises(ssl.SSLCertVerificationError):
+                        fetch(conn, "/small.bin")
+                    conn.close()
 
     def test_cli_writes_the_port_and_stops_on_sigterm(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,18 +1,23 @@
 #!/usr/bin/python3
-"""Remote shards end to end (issue 37): `crucible train` reads WebDataset tar shards and packed
-shards from nginx (HTTP, range requests) and from an S3 endpoint (moto's server, signatures
-checked), directly and through a fault proxy, and must end with the params_sha256 of the same
-run on the same shards read from local disk. Then: the node's cache never exceeds
-data.cache_bytes; refusals (404, 403, a wrong secret, an unknown key, no credentials) exit 2
-naming the URL; retries that run out exit 1 naming the object, the status and the tries; a
-download that fails its checksum is never kept.
+"""Remote shards end to end (issues 37, 46): `crucible train` reads WebDataset tar shards and packed
+shards from nginx (HTTP and HTTPS with a certificate the test makes, range requests) and from an
+S3 endpoint (moto's server, signatures checked), directly, through redirects and through a fault
+proxy, and must end with the params_sha256 of the same run on the same shards read from local
+disk. Then: the node's cache never exceeds data.cache_bytes; refusals (404, 403, a wrong secret,
+an unknown key, no credentials, an untrusted certificate, a redirect loop, S3's 301 for another
+region) exit 2 naming the URL; retries that run out exit 1 naming the object, the status and the
+tries; a download that fails its checksum (S3's MD5, the SHA-256 of a tar shard's .idx) is never
+kept; a shard without an .idx is checked by size and the log says it was not hashed.
 
     tests/scripts/remote_data_test.py --crucible build/crucible --workdir /tmp/remote
 
-Servers: tests/support/nginx_server.py, tests/support/fault_proxy.py (in-process) and
-tests/support/s3_server.py (moto, in .venv-s3, made by scripts/setup-s3), all on 127.0.0.1.
+Servers: tests/support/nginx_server.py (certificates from tests/support/tls_certs.py),
+tests/support/fault_proxy.py and S3Redirects below (in-process) and tests/support/s3_server.py
+(moto, in .venv-s3, made by scripts/setup-s3), all on 127.0.0.1.
 """
 import argparse
+import hashlib
+import http.server
 import io
 import json
 import os
@@ -28,12 +33,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
 from fault_proxy import FaultProxy  # noqa: E402
 from nginx_server import NginxServer  # noqa: E402
+from tls_certs import make_certificates  # noqa: E402
 
 CRUCIBLE = None
 WORK = None
 S3_PYTHON = os.environ.get("CRUCIBLE_S3_PYTHON", os.path.join(ROOT, ".venv-s3", "bin", "python"))
 SHARDS = 6
 PER_SHARD = 40
+# What crucible trusts HTTPS servers through besides data.ca_bundle: never inherited by a run.
+CA_VARIABLES = ("AWS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE")
 
 
 def make_shards(folder):
@@ -68,9 +76,15 @@ def job(train, test, name, *extra):
 
 
 def run(cmd, env=None):
-    e = dict(os.environ)
+    e = {k: v for k, v in os.environ.items() if k not in CA_VARIABLES}
     e.update(env or {})
     return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=600)
+
+
+def doctor(cmd, env=None):
+    """`crucible doctor --json` with a train command's settings: (result, report)."""
+    r = run([c if c != "train" else "doctor" for c in cmd] + ["--json"], env=env)
+    return r, json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else None
 
 
 def summary(name):
@@ -111,6 +125,59 @@ class S3:
             self.proc.kill()
 
 
+class S3Redirects:
+    """S3's redirects, on 127.0.0.1 in front of moto (data.s3_endpoint points here):
+    /data/moved/<key> answers 307 TemporaryRedirect to moto's /data/tar/<key> (another host and
+    path, as S3 sends a new bucket's requests to its regional endpoint), /data/loop/<key> 307 to
+    itself, /data/region/<key> 301 PermanentRedirect naming the bucket's region, as S3 answers a
+    request signed for another region. `counts` holds the answers given by status."""
+
+    def __init__(self, moto):
+        counts = self.counts = {307: 0, 301: 0}
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                path, region = self.path, None
+                if path.startswith("/data/moved/"):
+                    status, code, location = 307, "TemporaryRedirect", moto + "/data/tar/" + path[len("/data/moved/"):]
+                elif path.startswith("/data/loop/"):
+                    status, code, location = 307, "TemporaryRedirect", outer.url + path
+                elif path.startswith("/data/region/"):
+                    status, code, location, region = 301, "PermanentRedirect", None, "eu-west-1"
+                else:
+                    status, code, location = 404, "NoSuchKey", None
+                body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+                        f'<Message>{code} for {path}</Message></Error>\n').encode()
+                with lock:
+                    counts[status] = counts.get(status, 0) + 1
+                self.send_response(status)
+                if location:
+                    self.send_header("Location", location)
+                if region:
+                    self.send_header("x-amz-bucket-region", region)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 class RemoteDataTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -128,6 +195,11 @@ class RemoteDataTest(unittest.TestCase):
         cls.nginx = NginxServer(cls.local)
         cls.http = cls.nginx.start()
         cls.addClassCleanup(cls.nginx.stop)
+        # The same folder over HTTPS, with a certificate signed by the test's own authority.
+        cls.certs = make_certificates(os.path.join(WORK, "tls"))
+        cls.tls_nginx = NginxServer(cls.local, tls=(cls.certs["cert"], cls.certs["key"]))
+        cls.https = cls.tls_nginx.start()
+        cls.addClassCleanup(cls.tls_nginx.stop)
 
     @property
     def budget(self):  # five training shards' bytes: the window (2), the I/O threads' (2), one more
@@ -148,6 +220,8 @@ class RemoteDataTest(unittest.TestCase):
         self.assertEqual(remote["downloads"], SHARDS)  # each shard once: the second epoch reads the cache
         self.assertEqual(remote["retries"], 0)
         self.assertIn("offset indexes: 6 from .idx", r.stdout + r.stderr)
+        self.assertIn("checked by size and SHA-256 from .idx: 6", r.stdout + r.stderr)  # the .idx records it
+        self.assertNotIn("not hashed", r.stdout + r.stderr)
         # Range requests on reused connections: more requests than connections.
         entries = self.nginx.access_entries()
         self.assertTrue(any(e["range"] not in ("-", "") for e in entries), entries[:3])
@@ -161,6 +235,7 @@ class RemoteDataTest(unittest.TestCase):
         self.assertEqual(s.returncode, 0, s.stdout + s.stderr)
         self.assertEqual(summary("s3")["params_sha256"], self.local_sha)
         self.assertIn("6 by downloading the shard", s.stdout + s.stderr)
+        self.assertIn("by size and MD5 from the ETag: 6", s.stdout + s.stderr)  # moto's ETag is the MD5
         self.assertEqual(summary("s3")["io"]["train"]["remote"]["downloads"], SHARDS)
 
     def test_packed_shards_over_http_equal_the_local_packed_set(self):
@@ -291,10 +366,6 @@ class RemoteDataTest(unittest.TestCase):
         self.assertIn("NoSuchKey", s3_missing.stderr)
 
     def test_doctor_checks_the_store_the_credentials_and_the_cache_folder(self):
-        def doctor(cmd, env=None):
-            d = [c if c != "train" else "doctor" for c in cmd] + ["--json"]
-            r = run(d, env=env)
-            return r, json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else None
         r, report = doctor(self.s3_job("doctor-s3"), env=self.s3.env)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         remote = {c["name"]: c for c in report["checks"]}["remote"]
@@ -334,6 +405,114 @@ class RemoteDataTest(unittest.TestCase):
         self.assertIn("MD5", r.stderr)
         left = [n for n in os.listdir(cache) if not n.endswith(".lock") and not n.startswith(".")]
         self.assertEqual(left, [], "a download that failed its check was kept")
+
+
+    # ---- HTTPS, redirects, integrity (issue 46) ----------------------------------------------
+
+    def test_https_with_a_test_made_certificate_trains_as_the_local_run(self):
+        r = run(self.remote_job(self.https, "https", "--set", f"data.ca_bundle={self.certs['ca']}"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(summary("https")["params_sha256"], self.local_sha)
+        self.assertEqual(summary("https")["io"]["train"]["remote"]["downloads"], SHARDS)
+        self.assertIn("checked by size and SHA-256 from .idx: 6", r.stdout + r.stderr)
+        # The variables, each alone: doctor opens the data over HTTPS and reads samples.
+        for variable in CA_VARIABLES:
+            with self.subTest(variable=variable):
+                d, report = doctor(self.remote_job(self.https, "https-" + variable), env={variable: self.certs["ca"]})
+                self.assertEqual(d.returncode, 0, d.stdout + d.stderr)
+                data = {c["name"]: c for c in report["checks"]}["data"]
+                self.assertEqual(data["status"], "ok", data)
+                self.assertIn("checked by size and SHA-256 from .idx: 6", data["found"])
+
+    def test_an_untrusted_certificate_exits_2_naming_the_url_and_what_to_set(self):
+        for name, extra, trusted in (("untrusted-system", [], "the system's authorities"),
+                                     ("untrusted-other", ["--set", f"data.ca_bundle={self.certs['other_ca']}"],
+                                      f"data.ca_bundle = {self.certs['other_ca']}")):
+            with self.subTest(name=name):
+                r = run(self.remote_job(self.https, name, *extra))
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn(self.https + "/train-0.tar: the server's certificate is not trusted", r.stderr)
+                self.assertIn("verified against " + trusted, r.stderr)
+                for setting in ("data.ca_bundle", *CA_VARIABLES):
+                    self.assertIn(setting, r.stderr)
+
+    def test_a_302_to_another_path_is_followed_and_a_loop_is_refused(self):
+        before = len(self.nginx.access_entries())
+        r = run(self.remote_job(self.http + "/moved", "moved"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(summary("moved")["params_sha256"], self.local_sha)
+        entries = self.nginx.access_entries()[before:]
+        moved = [e for e in entries if e["request"].split()[1].startswith("/moved/")]
+        self.assertTrue(moved and all(e["status"] == 302 for e in moved), moved[:3])
+        self.assertTrue(any(e["request"].split()[1] == "/train-0.tar" and e["status"] == 206 for e in entries))
+        loop = run(self.remote_job(self.http + "/loop", "loop"))
+        self.assertEqual(loop.returncode, 2, loop.stdout + loop.stderr)
+        self.assertIn(self.http + "/loop/train-0.tar: more than 5 redirects", loop.stderr)
+        self.assertIn("a redirect loop", loop.stderr)
+
+    def test_s3s_307_is_followed_signed_again_and_its_301_names_the_region(self):
+        redirects = S3Redirects(self.s3.endpoint)
+        self.addCleanup(redirects.stop)
+        # moto checks each signature over the Host and path it receives: the old one would fail.
+        r = run(self.remote_job("s3://data/moved", "s3-moved", "--set", f"data.s3_endpoint={redirects.url}"),
+                env=self.s3.env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(summary("s3-moved")["params_sha256"], self.local_sha)
+        self.assertGreater(redirects.counts[307], SHARDS)
+        loop = run(self.remote_job("s3://data/loop", "s3-loop", "--set", f"data.s3_endpoint={redirects.url}"),
+                   env=self.s3.env)
+        self.assertEqual(loop.returncode, 2, loop.stdout + loop.stderr)
+        self.assertIn("s3://data/loop/train-0.tar: more than 5 redirects", loop.stderr)
+        region = run(self.remote_job("s3://data/region", "s3-region", "--set", f"data.s3_endpoint={redirects.url}"),
+                     env=self.s3.env)
+        self.assertEqual(region.returncode, 2, region.stdout + region.stderr)
+        self.assertIn("s3://data/region/train-0.tar: HTTP 301: the bucket is in another region than us-east-1 "
+                      "(data.s3_region); S3 says eu-west-1", region.stderr)
+
+    def test_a_shard_corrupted_on_the_server_with_its_idx_exits_1_and_is_never_kept(self):
+        # The same shards and .idx files, train-2.tar with one byte flipped: its size is right,
+        # its offsets are right, only the SHA-256 its .idx records can tell.
+        folder = os.path.join(self.local, "corrupt")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        for n in os.listdir(self.local):
+            if n.endswith(".tar") or n.endswith(".tar.idx"):
+                shutil.copy(os.path.join(self.local, n), folder)
+        with open(os.path.join(folder, "train-2.tar"), "r+b") as f:
+            data = bytearray(f.read())
+            data[len(data) // 2] ^= 0x01
+            f.seek(0)
+            f.write(data)
+        good = hashlib.sha256(open(os.path.join(self.local, "train-2.tar"), "rb").read()).hexdigest()
+        bad = hashlib.sha256(bytes(data)).hexdigest()
+        cache = f"{WORK}/cache-corrupt-http"
+        r = run(self.remote_job(self.http + "/corrupt", "corrupt-http", "--set", "data.remote_tries=2",
+                                "--set", f"data.cache_dir={cache}"))
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        shard = self.http + "/corrupt/train-2.tar"
+        self.assertIn(f"{shard}: 2 downloads failed their check; the last had SHA-256 {bad} where the index says "
+                      f"{good}", r.stderr)
+        for attempt in ("try 1 of 2", "try 2 of 2"):  # data.remote_tries downloads, then never again
+            self.assertEqual(r.stderr.count(f"{shard}: the download has SHA-256 {bad} where the index says {good} "
+                                            f"({attempt}); deleted"), 1, r.stderr)
+        kept = [n for n in os.listdir(cache) if "train-2.tar" in n and not n.endswith(".lock")]
+        self.assertEqual(kept, [], "the cache kept the corrupt shard or its part file")
+
+    def test_a_shard_without_idx_is_checked_by_size_and_the_log_says_it_was_not_hashed(self):
+        folder = os.path.join(self.local, "no-idx")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        for n in os.listdir(self.local):
+            if (n.endswith(".tar") or n.endswith(".tar.idx")) and n != "train-4.tar.idx":
+                shutil.copy(os.path.join(self.local, n), folder)
+        d, report = doctor(self.remote_job(self.http + "/no-idx", "no-idx"))
+        self.assertEqual(d.returncode, 0, d.stdout + d.stderr)
+        out = d.stdout + d.stderr
+        self.assertIn("offset indexes: 5 from .idx, 1 by downloading the shard; checked by size and SHA-256 from "
+                      ".idx: 5, by size and MD5 from the ETag: 0, by size only: 1", out)
+        warning = f"1 of 6 shards are checked by size only, not hashed"
+        self.assertEqual(out.count(warning), 1, out)
+        self.assertIn(f"({self.http}/no-idx/train-4.tar)", out)
 
 
 def main():

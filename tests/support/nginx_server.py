@@ -1,15 +1,18 @@
 #!/usr/bin/python3
 """nginx serving a folder on 127.0.0.1 for tests: static files with keep-alive, sendfile and byte
-ranges, a /forbidden/ location that answers 403, and an access log a test can read to count
-requests, see Range headers and see which requests shared a connection.
+ranges, over HTTP or (given a certificate and key, tls_certs.py makes them) HTTPS; a /forbidden/
+location that answers 403, /moved/<path> that answers 302 to /<path>, /loop/<path> that answers
+302 to itself forever; and an access log a test can read to count requests, see Range headers
+and see which requests shared a connection.
 
 In-process:
     with NginxServer(root) as nginx:
         base = nginx.url                  # also returned by start()
+    NginxServer(root, tls=(cert_pem, key_pem)).start()   # "https://127.0.0.1:PORT"
         ...
         nginx.access_entries()            # [{"status": 206, "range": "bytes=0-99", ...}, ...]
 CLI (runs until SIGTERM/SIGINT, then stops nginx):
-    nginx_server.py ROOT --port-file F [--workers N]
+    nginx_server.py ROOT --port-file F [--workers N] [--tls CERT KEY]
 
 Everything nginx writes (config, pid, logs, temp folders) lives in a temporary prefix, removed
 by stop(). Standard library only; needs /usr/sbin/nginx (Debian's nginx-light has all it uses).
@@ -61,11 +64,17 @@ http {{
     keepalive_requests 100000;  # the default (1000) would close a benchmark's connections
 
     server {{
-        listen 127.0.0.1:{port};
-        root {root};
+        listen 127.0.0.1:{port}{ssl};
+{tls}        root {root};
         autoindex off;
         location /forbidden/ {{
             return 403;
+        }}
+        location /moved/ {{
+            rewrite ^/moved/(.*)$ /$1 redirect;
+        }}
+        location /loop/ {{
+            return 302 $uri;
         }}
     }}
 }}
@@ -89,18 +98,23 @@ class NginxServer:
     stop().
     """
 
-    def __init__(self, root_dir, workers=1):
+    def __init__(self, root_dir, workers=1, tls=None):
+        """tls: (certificate PEM, key PEM) to serve HTTPS instead of HTTP."""
         self.root = os.path.abspath(root_dir)
         if not os.path.isdir(self.root):
             raise ValueError(f"root_dir: expected a folder, found {root_dir!r}")
         self.workers = workers
+        self.tls = tuple(os.path.abspath(p) for p in tls) if tls else None
+        for p in self.tls or ():
+            if not os.path.isfile(p):
+                raise ValueError(f"tls: expected a PEM file, found no file {p!r}")
         self.url = None
         self.port = None
         self.prefix = None
         self._proc = None
 
     def start(self):
-        """Starts nginx and waits until it accepts connections; returns http://127.0.0.1:PORT.
+        """Starts nginx and waits until it accepts connections; returns http(s)://127.0.0.1:PORT.
         Raises RuntimeError with nginx's messages if it exits early."""
         self.prefix = tempfile.mkdtemp(prefix="crucible-nginx-")
         try:
@@ -109,7 +123,7 @@ class NginxServer:
                 error = self._try_start(port)
                 if error is None:
                     self.port = port
-                    self.url = f"http://127.0.0.1:{port}"
+                    self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
                     return self.url
                 # The port was free when probed; someone may have taken it since.
                 if "Address already in use" not in error or attempt == BIND_TRIES - 1:
@@ -129,8 +143,11 @@ class NginxServer:
             inside = {name: _quote(os.path.join(self.prefix, name.replace("_log", ".log")))
                       for name in ("error_log", "access_log", "client_body_temp", "proxy_temp", "fastcgi_temp",
                                    "uwsgi_temp", "scgi_temp")}
+            tls = "" if not self.tls else (f"        ssl_certificate {_quote(self.tls[0])};\n"
+                                           f"        ssl_certificate_key {_quote(self.tls[1])};\n")
             f.write(CONFIG.format(workers=self.workers, user=user, pid=_quote(os.path.join(self.prefix, "nginx.pid")),
-                                  log_format=LOG_FORMAT, port=port, root=_quote(self.root), **inside))
+                                  log_format=LOG_FORMAT, port=port, ssl=" ssl" if self.tls else "", tls=tls,
+                                  root=_quote(self.root), **inside))
         for name in ("access.log", "error.log"):
             open(os.path.join(self.prefix, name), "w").close()
         stderr_path = os.path.join(self.prefix, "stderr.log")
@@ -225,12 +242,13 @@ def main():
     p.add_argument("root")
     p.add_argument("--port-file", required=True, help="gets the port and a newline once nginx accepts")
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), help="serve HTTPS with this certificate and key")
     a = p.parse_args()
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    server = NginxServer(a.root, workers=a.workers)
+    server = NginxServer(a.root, workers=a.workers, tls=a.tls)
     try:
         server.start()
     except (RuntimeError, ValueError) as e:

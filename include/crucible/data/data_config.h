@@ -52,6 +52,7 @@ struct DataConfig {
   int64_t cache_bytes = int64_t{16} << 30;  // never exceeded; least recently used shards are evicted
   std::string s3_endpoint;                // S3-compatible stores (MinIO, Ceph, R2, GCS): http(s)://host[:port]
   std::string s3_region;                  // "" = AWS_REGION, AWS_DEFAULT_REGION, else us-east-1
+  std::string ca_bundle;                  // HTTPS: a PEM file of authorities; "" = AWS_CA_BUNDLE, CURL_CA_BUNDLE, SSL_CERT_FILE, the system's
   int64_t remote_tries = 5;               // attempts per request before the run stops (exit 1)
   double remote_timeout = 30;             // seconds without a byte before a request is retried
   int64_t io_threads = 4;                 // shards downloaded at once, apart from the decode threads

@@ -8,8 +8,18 @@
 // - transient — 5xx, 429, timeouts (no byte for `timeout_s`), resets, truncated bodies: retried
 //   with exponential backoff and full jitter; after `tries` a runtime_error (exit 1) naming the
 //   URL, the last status and the tries;
-// - refusals — 404, 403, 401, 400 (an unknown key, a bad signature): bad_input (exit 2) at once,
-//   naming the URL and, for S3, where the credentials came from.
+// - refusals — 404, 403, 401, 400 (an unknown key, a bad signature), a server certificate that
+//   the authorities in use do not vouch for, more than kMaxRedirects redirects: bad_input (exit 2)
+//   at once, naming the URL and, for S3, where the credentials came from; for a certificate, what
+//   to set (data.ca_bundle, AWS_CA_BUNDLE, CURL_CA_BUNDLE, SSL_CERT_FILE).
+//
+// HTTPS is verified against the first of data.ca_bundle, AWS_CA_BUNDLE, CURL_CA_BUNDLE and
+// SSL_CERT_FILE that is set (a PEM file of authorities), else the system's. Redirects (3xx with a
+// Location) are followed, at most kMaxRedirects for one request: a plain URL's by libcurl; an S3
+// request's (302, 307, 308: S3's temporary redirect) are signed again for the new host and path
+// (and the region of x-amz-bucket-region when given), as the old signature covers the old ones.
+// S3's 301 (PermanentRedirect: the bucket is in another region) is a refusal naming
+// data.s3_region.
 // Thread-safe; torch-free.
 #pragma once
 
@@ -31,10 +41,14 @@ struct RemoteOptions {
   double backoff_s = 0.2;   // the first retry's longest wait; doubles each retry, capped at 10 s
   int64_t part_bytes = int64_t{8} << 20;  // range request size of a download
   int connections = 4;      // range requests in flight per download
-  // The environment (credentials, region, AWS_CA_BUNDLE for HTTPS through a private authority),
-  // an argument so tests need not touch the process's.
+  std::string ca_bundle;    // data.ca_bundle: the authorities HTTPS servers are verified by; empty: the variables
+  // The environment (credentials, region, the CA variables for HTTPS through a private
+  // authority), an argument so tests need not touch the process's.
   std::function<const char*(const char*)> env;
 };
+
+// Redirects followed for one request before it is refused as a loop.
+constexpr int kMaxRedirects = 5;
 
 // True for "s3://", "http://" and "https://" paths.
 bool is_remote_path(const std::string& path);
