@@ -39,6 +39,7 @@
 #include "crucible/data/data_config.h"
 #include "crucible/data/data_recipe.h"
 #include "crucible/data/data_setup.h"
+#include "crucible/data/data_settings.h"
 
 namespace py = pybind11;
 
@@ -192,15 +193,18 @@ class GivenBuffers : public std::enable_shared_from_this<GivenBuffers> {
 
 // ---- the loaders ------------------------------------------------------------------------------
 
-// What every loader takes (the Python classes fill it from their keyword arguments).
+// What every loader takes (the Python classes fill it from their keyword arguments). The [data]
+// keys and run.seed come as data::DataSettings reads them: the loader's own defaults, then
+// settings=, then the keywords given (crop=96 → data.crop=96), which settings must not contradict.
 struct LoaderArgs {
   std::string source;                 // ImageLoader: the image source
   std::string features, labels;       // ArrayLoader: array files (ArrayRef syntax: "x.npz:name")
-  int64_t batch_size = 0, crop = 224, seed = 0, rank = 0, world_size = 1;
-  int threads = 0;  // 0: measured (D10)
+  int64_t batch_size = 0, rank = 0, world_size = 1;
   bool train = true, drop_last = false, nchw = true;
   bool given_buffers = false;          // batches go into buffers the Python side gives (D9)
-  std::vector<std::string> overrides;  // "data.cache=decoded", … (the [data] keys, data/data_config.h)
+  std::vector<std::string> defaults;   // the loader's own ("data.hflip=0.0": ArrayLoader flips nothing unasked)
+  std::vector<std::string> overrides;  // settings=: "data.cache=decoded", "run.seed=3", …
+  std::vector<std::pair<std::string, std::string>> options;  // keywords given: ("crop=96", "data.crop=96")
 };
 
 // A pipeline, this rank's sampler and the loader over them; batches out as capsules.
@@ -208,16 +212,25 @@ class NativeLoader {
  public:
   // ImageLoader: the pipeline `crucible bench loader` builds for the same settings.
   static std::unique_ptr<NativeLoader> images(const LoaderArgs& a) {
-    auto l = std::unique_ptr<NativeLoader>(new NativeLoader(a));
+    auto l = std::unique_ptr<NativeLoader>(new NativeLoader(a, "ImageLoader"));
+    l->settings_->source("source " + a.source, {{a.train ? "data.train_path" : "data.test_path", a.source}});
     l->pipeline_ = data::make_pipeline_for_path(a.source, l->config_, l->augment_seed(), a.train);
-    l->start_loader();
+    data::LoaderUse use;
+    use.train = use.transforms = use.order = a.train;
+    use.images = dynamic_cast<const data::ImagePipeline*>(l->pipeline_.get()) != nullptr;
+    use.remote = data::is_remote_path(a.source);
+    use.eval_switch = "train=False";
+    l->start_loader(use);
     return l;
   }
 
   // ArrayLoader: features and labels memory-mapped (D13), a random flip of uint8 images.
   static std::unique_ptr<NativeLoader> arrays(const LoaderArgs& a) {
-    auto l = std::unique_ptr<NativeLoader>(new NativeLoader(a));
-    std::shared_ptr<const data::Source> source = data::load_array_source(a.features, a.labels);
+    auto l = std::unique_ptr<NativeLoader>(new NativeLoader(a, "ArrayLoader"));
+    l->settings_->source("features " + a.features + " and labels " + a.labels,
+                         {{"data.train_images", a.features}, {"data.train_labels", a.labels}});
+    std::shared_ptr<const data::Source> source =
+        data::load_array_source(a.features, a.labels, l->config_.train_samples, "data.train_samples");
     // data.hflip comes with the overrides (the Python side's hflip=), checked by its declaration.
     if (source->spec().type == data::SampleType::kFeatures &&
         l->config_.pieces.get<data::RandomHorizontalFlipOptions>("hflip").p > 0) {
@@ -231,7 +244,10 @@ class NativeLoader {
       throw bad_input("ArrayLoader: augment needs uint8 images; {} holds float features", a.features);
     }
     l->pipeline_ = std::make_shared<data::ArrayPipeline>(source, std::move(transforms), l->augment_seed());
-    l->start_loader();
+    data::LoaderUse use;
+    use.order = a.train;  // shuffle=
+    use.images = false;
+    l->start_loader(use);
     return l;
   }
 
@@ -239,6 +255,11 @@ class NativeLoader {
   int64_t dataset_size() const { return pipeline_->size(); }
   int64_t samples_per_epoch() const { return sampler_->num_samples(); }
   int threads() const { return threads_; }
+  int64_t seed() const { return settings_->seed(); }
+  // Every [data] key and run.seed with the value this loader runs with, as JSON text.
+  std::string settings_json() const { return settings_->values().dump(); }
+  // (key, why) of the keys given that this loader does not apply.
+  const std::vector<std::pair<std::string, std::string>>& not_applied() const { return not_applied_; }
   std::string describe() const { return pipeline_->describe(); }
   std::string threads_report() const { return threads_report_; }
   int prefetch() const { return prefetch_; }
@@ -293,24 +314,28 @@ class NativeLoader {
   }
 
  private:
-  explicit NativeLoader(const LoaderArgs& a) : args_(a) {
+  NativeLoader(const LoaderArgs& a, const std::string& command)
+      : args_(a), settings_(std::make_unique<data::DataSettings>(command, "settings")) {
     if (a.batch_size < 1) throw bad_input("loader: batch_size must be ≥ 1 (found {})", a.batch_size);
-    if (a.seed < 0) throw bad_input("loader: seed must be ≥ 0 (found {})", a.seed);
-    // The data layer's keys alone, at their defaults (the default job's [data]), as training reads them.
-    ConfigSchema schema;
-    data::bind_data_config(config_, schema);
-    schema.apply_override(fmt::format("data.crop={}", a.crop));
-    for (const auto& o : a.overrides) schema.apply_override(o);
+    // Every [data] key at its default (the default job's [data]), as training reads them.
+    for (const auto& d : a.defaults) settings_->command_default(d);
+    for (const auto& o : a.overrides) settings_->set(o);
+    for (const auto& [given, assignment] : a.options) settings_->option(given, assignment);
+    config_ = settings_->data();
   }
 
-  uint64_t augment_seed() const { return derive_seed(static_cast<uint64_t>(args_.seed), RngStream::kAugment); }
+  uint64_t augment_seed() const { return derive_seed(static_cast<uint64_t>(seed()), RngStream::kAugment); }
 
-  void start_loader() {
-    int threads = args_.threads;
+  // The loader over pipeline_; `use` says how it reads the data, for not_applied().
+  void start_loader(data::LoaderUse use) {
+    use.normalisation = "normalisation's: the loader delivers uint8 pixels; normalise them with dtype=, mean= and "
+                        "std= (0-1 units, one per channel)";
+    not_applied_ = data::not_applied(*settings_, use);
+    int threads = static_cast<int>(config_.threads);
     if (threads == 0) threads = data::choose_loader_threads(*pipeline_, available_cores(), &threads_report_);
     threads_ = threads;
     data::Sampler::Shard shard{args_.world_size, args_.rank, false};
-    const uint64_t seed = derive_seed(static_cast<uint64_t>(args_.seed), RngStream::kSampler);
+    const uint64_t seed = derive_seed(static_cast<uint64_t>(this->seed()), RngStream::kSampler);
     if (args_.train) {  // the order training takes (data.sampler; "auto": global for URLs)
       data::SamplerBuild order;
       order.size = pipeline_->size();
@@ -335,7 +360,9 @@ class NativeLoader {
   }
 
   LoaderArgs args_;
+  std::unique_ptr<data::DataSettings> settings_;
   data::DataConfig config_;
+  std::vector<std::pair<std::string, std::string>> not_applied_;
   std::shared_ptr<const data::SamplePipeline> pipeline_;
   std::shared_ptr<const data::Sampler> sampler_;
   std::unique_ptr<data::Loader> loader_;
@@ -343,6 +370,19 @@ class NativeLoader {
   int threads_ = 1, prefetch_ = 1;
   std::string threads_report_;
 };
+
+// Every key a job's [data] section holds (bind_data_config: the data pieces' and the device's
+// batch transforms' among them) with its default as TOML, in the schema's order.
+std::vector<std::pair<std::string, std::string>> data_keys() {
+  data::DataConfig config;
+  ConfigSchema schema;
+  data::bind_data_config(config, schema);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const ConfigKey* k : schema.keys()) {
+    if (k->section() == "data") out.emplace_back(k->full_name(), k->default_toml());
+  }
+  return out;
+}
 
 // ---- files -------------------------------------------------------------------------------------
 
@@ -639,16 +679,15 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("features", &LoaderArgs::features)
       .def_readwrite("labels", &LoaderArgs::labels)
       .def_readwrite("batch_size", &LoaderArgs::batch_size)
-      .def_readwrite("crop", &LoaderArgs::crop)
-      .def_readwrite("seed", &LoaderArgs::seed)
       .def_readwrite("rank", &LoaderArgs::rank)
       .def_readwrite("world_size", &LoaderArgs::world_size)
-      .def_readwrite("threads", &LoaderArgs::threads)
       .def_readwrite("train", &LoaderArgs::train)
       .def_readwrite("drop_last", &LoaderArgs::drop_last)
       .def_readwrite("nchw", &LoaderArgs::nchw)
       .def_readwrite("given_buffers", &LoaderArgs::given_buffers)
-      .def_readwrite("overrides", &LoaderArgs::overrides);
+      .def_readwrite("defaults", &LoaderArgs::defaults)
+      .def_readwrite("overrides", &LoaderArgs::overrides)
+      .def_readwrite("options", &LoaderArgs::options);
 
   py::class_<NativeLoader>(m, "Loader")
       .def_static("images", &NativeLoader::images)
@@ -657,6 +696,9 @@ PYBIND11_MODULE(_native, m) {
       .def("dataset_size", &NativeLoader::dataset_size)
       .def("samples_per_epoch", &NativeLoader::samples_per_epoch)
       .def("threads", &NativeLoader::threads)
+      .def("seed", &NativeLoader::seed)
+      .def("settings_json", &NativeLoader::settings_json)
+      .def("not_applied", &NativeLoader::not_applied)
       .def("describe", &NativeLoader::describe)
       .def("threads_report", &NativeLoader::threads_report)
       .def("prefetch", &NativeLoader::prefetch)
@@ -675,6 +717,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("sample_transforms_image", &sample_transforms_image,
         "the training chain of sample transforms a job with these settings runs, applied to one uint8 [C, H, W] array "
         "as to sample (seed, epoch, index)");
+  m.def("data_keys", &data_keys, "every [data] key a job holds, with its default as TOML, in the schema's order");
   m.def("piece_arguments", &data::piece_arguments,
         "{keyword: \"data.key\"} of a sample transform's settings that mirror a library's keyword (augment: "
         "torchvision's num_ops, …)");

@@ -18,6 +18,9 @@ A model defined in Python trains in crucible's C++ trainer through torch.export 
 `crucible.train(model, example, data=(x, y, x_test, y_test), train__epochs=3)` for the whole
 run, which returns the summary and the model with the trained weights (exported.py).
 """
+import json as _json
+import warnings as _warnings
+
 import torch
 from torch.utils import dlpack as _dlpack
 
@@ -76,7 +79,14 @@ class _Loader:
         self._next_id = 0
         self._native = make(a)
         self.batch_size = a.batch_size
-        self.rank, self.world_size, self.seed = a.rank, a.world_size, a.seed
+        self.rank, self.world_size, self.seed = a.rank, a.world_size, self._native.seed()
+        # Every [data] key and run.seed with the value this loader runs with; the keys given that
+        # it does not apply, with why (each said once, as a warning).
+        self.settings = _json.loads(self._native.settings_json())
+        self.not_applied = dict(self._native.not_applied())
+        for key, why in self.not_applied.items():
+            _warnings.warn(f"{type(self).__name__}: {key} = {_json.dumps(self.settings[key])} is not applied: {why}",
+                           stacklevel=3)
         self.layout = "NCHW" if a.nchw else "NHWC"
         self.epoch = int(epoch)
         self._resume = 0          # the batch the next pass starts at (load_state_dict)
@@ -90,7 +100,7 @@ class _Loader:
             self._std = torch.tensor(std, dtype=dtype).reshape(shape)
 
     @staticmethod
-    def _args(batch_size, seed, rank, world_size, threads, layout, drop_last, dtype, mean, std, what):
+    def _args(batch_size, rank, world_size, layout, drop_last, dtype, mean, std, what):
         if layout not in ("NCHW", "NHWC"):
             raise ValueError(f"{what}: layout must be 'NCHW' or 'NHWC' (found {layout!r})")
         if (mean is None) != (std is None):
@@ -103,17 +113,16 @@ class _Loader:
             world_size = w if world_size is None else world_size
         a = _native.LoaderArgs()
         a.batch_size = int(batch_size)
-        a.seed = int(seed)
         a.rank = int(rank)
         a.world_size = int(world_size)
-        a.threads = 0 if threads is None else int(threads)
         a.drop_last = bool(drop_last)
         a.nchw = layout == "NCHW"
         return a
 
     @staticmethod
-    def _augment_settings(augment, augment_options):
-        """data.* overrides for augment="trivialaugment_wide" (etc.) and its torchvision options.
+    def _augment_options(augment, augment_options):
+        """(keyword as given, data.* assignment) for augment="trivialaugment_wide" (etc.) and its
+        torchvision options.
 
         The keywords and the keys they set come from the piece's own declaration
         (src/data/augment.cpp, each key's torchvision name): nothing is mapped here."""
@@ -122,12 +131,24 @@ class _Loader:
                 raise ValueError("augment_options without augment: name the augmentation too")
             return []
         keys = dict(_native.piece_arguments("augment"))
-        out = [f"data.augment={augment}"]
+        out = [(f"augment={augment}", f"data.augment={augment}")]
         for k, v in (augment_options or {}).items():
             if k not in keys:
                 raise ValueError(f"augment_options: unknown option {k!r} (known: {', '.join(keys)})")
-            out.append(f"{keys[k]}={_toml_value(v)}")
+            out.append((f"augment_options[{k!r}]={v!r}", f"{keys[k]}={_toml_value(v)}"))
         return out
+
+    @staticmethod
+    def _keywords(**given):
+        """(keyword as given, assignment) of each keyword given (not None), from name=(key, value):
+        crop=("data.crop", 96) gives ("crop=96", "data.crop=96")."""
+        return [(f"{name}={value!r}", f"{key}={_toml_value(value)}")
+                for name, (key, value) in given.items() if value is not None]
+
+    @staticmethod
+    def _settings(settings):
+        """settings= as the overrides the native loader takes: "data.key=value", "run.seed=N"."""
+        return [f"{k}={_toml_value(v)}" for k, v in (settings or {}).items()]
 
     def __len__(self):
         return self._native.batches_per_epoch()
@@ -248,8 +269,8 @@ class ImageLoader(_Loader):
     DistributedSampler for local data).
 
     Training (train=True): RandomResizedCrop to `crop` and a horizontal flip, shuffled each epoch;
-    evaluation: resize and centre crop, in order. Images are uint8 in 0–255, NCHW (or NHWC with
-    layout="NHWC"); with dtype=torch.float32 they are scaled to 0–1 and, with mean and std (in
+    evaluation: resize and centre crop, in order (crop=None: data.crop, 224 unless settings give
+    it). Images are uint8 in 0–255, NCHW (or NHWC with layout="NHWC"); with dtype=torch.float32 they are scaled to 0–1 and, with mean and std (in
     0–1 units, one per channel), normalised (D4). Labels are int64 class indices.
 
     rank and world_size default to torch.distributed's when it is initialised; each rank gets
@@ -261,25 +282,28 @@ class ImageLoader(_Loader):
     threads), augment_options their torchvision arguments ({"num_ops": 2, "magnitude": 9,
     "num_magnitude_bins": 31, "policy": "imagenet", "interpolation": "bilinear", "fill": [0],
     "severity": 3, "mixture_width": 3, "chain_depth": -1, "alpha": 1.0, "all_ops": True}).
-    settings: any other crucible data.* keys,
-    e.g. {"data.prefetch": 8}. pin_memory: None pins when CUDA is available (D9: each batch is
-    built straight into pinned memory torch allocated, ready for .cuda(non_blocking=True)).
+    settings: any crucible data.* key and run.seed, e.g. {"data.prefetch": 8}: they win over the
+    keywords left at None, a keyword given that they contradict raises ValueError naming both, and
+    a key this loader cannot apply (data.random_erase: training's, on the device) is named in
+    `not_applied` and warned of; `settings` holds every key's value as run. pin_memory: None pins
+    when CUDA is available (D9: each batch is built straight into pinned memory torch allocated,
+    ready for .cuda(non_blocking=True)).
 
     The epoch is set_epoch()'s, or advances by itself after each full pass; state_dict() and
     load_state_dict() resume in mid-epoch with the same remaining batches.
     """
 
-    def __init__(self, source, *, batch_size, crop=224, train=True, seed=0, rank=None, world_size=None,
-                 threads=None, cache="none", bad_samples="fail", layout="NCHW", drop_last=False, epoch=0,
+    def __init__(self, source, *, batch_size, crop=None, train=True, seed=None, rank=None, world_size=None,
+                 threads=None, cache=None, bad_samples=None, layout="NCHW", drop_last=False, epoch=0,
                  dtype=None, mean=None, std=None, settings=None, pin_memory=None, augment=None,
                  augment_options=None):
-        a = self._args(batch_size, seed, rank, world_size, threads, layout, drop_last, dtype, mean, std,
-                       "ImageLoader")
+        a = self._args(batch_size, rank, world_size, layout, drop_last, dtype, mean, std, "ImageLoader")
         a.source = str(source)
-        a.crop = int(crop)
         a.train = bool(train)
-        a.overrides = [f"data.cache={cache}", f"data.bad_samples={bad_samples}"] + [
-            f"{k}={_toml_value(v)}" for k, v in (settings or {}).items()] + self._augment_settings(augment, augment_options)
+        a.overrides = self._settings(settings)
+        a.options = self._keywords(crop=("data.crop", crop), seed=("run.seed", seed), threads=("data.threads", threads),
+                                   cache=("data.cache", cache), bad_samples=("data.bad_samples", bad_samples)) + \
+            self._augment_options(augment, augment_options)
         self._setup(_native.Loader.images, a, epoch=epoch, dtype=dtype, mean=mean, std=std, pin_memory=pin_memory)
 
 
@@ -288,21 +312,24 @@ class ArrayLoader(_Loader):
     .npz member ("data.npz:x") or safetensors entry of uint8 images [N, H, W(, C)] or float
     features [N, C, H, W] (or [N, D]); `labels` integer class indices [N] or 0–1 targets
     [N, classes] (multi-label: the labels come as float targets). shuffle=True reshuffles each
-    epoch; hflip flips uint8 images with that probability, then augment/augment_options as
-    ImageLoader's. Images come as ImageLoader's (uint8,
-    NCHW or NHWC, dtype/mean/std to convert); float features as stored. rank, world_size,
-    threads, drop_last, pin_memory, epochs and state as ImageLoader.
+    epoch; hflip flips uint8 images with that probability (None: settings' data.hflip, else 0),
+    then augment/augment_options as ImageLoader's. Images come as ImageLoader's (uint8, NCHW or
+    NHWC, dtype/mean/std to convert); float features as stored. rank, world_size, threads,
+    drop_last, pin_memory, epochs, state and settings as ImageLoader.
     """
 
-    def __init__(self, features, labels, *, batch_size, shuffle=True, seed=0, rank=None, world_size=None,
-                 threads=None, hflip=0.0, layout="NCHW", drop_last=False, epoch=0, dtype=None, mean=None,
-                 std=None, pin_memory=None, augment=None, augment_options=None):
-        a = self._args(batch_size, seed, rank, world_size, threads, layout, drop_last, dtype, mean, std,
-                       "ArrayLoader")
+    def __init__(self, features, labels, *, batch_size, shuffle=True, seed=None, rank=None, world_size=None,
+                 threads=None, hflip=None, layout="NCHW", drop_last=False, epoch=0, dtype=None, mean=None,
+                 std=None, pin_memory=None, augment=None, augment_options=None, settings=None):
+        a = self._args(batch_size, rank, world_size, layout, drop_last, dtype, mean, std, "ArrayLoader")
         a.features = str(features)
         a.labels = str(labels)
         a.train = bool(shuffle)
-        a.overrides = [f"data.hflip={float(hflip)}"] + self._augment_settings(augment, augment_options)
+        a.defaults = ["data.hflip=0.0"]  # ArrayLoader's own: no flip unless asked
+        a.overrides = self._settings(settings)
+        a.options = self._keywords(seed=("run.seed", seed), threads=("data.threads", threads),
+                                   hflip=("data.hflip", None if hflip is None else float(hflip))) + \
+            self._augment_options(augment, augment_options)
         self._setup(_native.Loader.arrays, a, epoch=epoch, dtype=dtype, mean=mean, std=std, pin_memory=pin_memory)
 
 

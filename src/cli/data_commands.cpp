@@ -1,9 +1,10 @@
-// bench loader / pack.
+// bench loader / bench decode / pack.
 #include "data_commands.h"
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +24,7 @@
 #include "crucible/data/data_config.h"
 #include "crucible/data/data_recipe.h"
 #include "crucible/data/data_setup.h"
+#include "crucible/data/data_settings.h"
 
 namespace crucible::cli {
 
@@ -31,10 +33,10 @@ CLI::App* add_bench_loader(CLI::App& bench, BenchLoaderArgs& a) {
       "loader", "time the data pipeline alone, after warm-up (X9): images/s, and a digest of every batch");
   cmd->add_option("--data", a.data,
                   "an image folder, tar shard(s), an LMDB folder, a packed index, or a folder of IDX files "
-                  "(train-images-idx3-ubyte[.gz])")
-      ->required();
-  cmd->add_option("--crop", a.crop, "output side for images (RandomResizedCrop)")->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", a.threads, "loader threads (default: measured, D10)")->check(CLI::NonNegativeNumber);
+                  "(train-images-idx3-ubyte[.gz]); default: the data the [data] keys name, as training opens them");
+  cmd->add_option("--crop", a.crop, "output side for images (RandomResizedCrop): data.crop")->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", a.threads, "loader threads: data.threads (0 = measured, D10)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--epochs", a.epochs, "passes over the data")->check(CLI::PositiveNumber);
   cmd->add_option("--batch-size", a.batch_size, "samples per batch")->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", a.warmup, "batches before the clock starts (default 5% of an epoch, >= 2)");
@@ -43,8 +45,12 @@ CLI::App* add_bench_loader(CLI::App& bench, BenchLoaderArgs& a) {
                   "position (the digest must not change)");
   cmd->add_flag("--eval", a.eval, "evaluation transforms (resize + centre crop) instead of training ones");
   cmd->add_flag("--digest", a.digest, "SHA-256 over every batch's pixels and labels, in order");
-  cmd->add_flag("--json", a.json, "print one JSON object as the last line");
-  cmd->add_option("--set", a.overrides, "override a [data] key or run.seed, e.g. --set data.bad_samples=skip")
+  cmd->add_flag("--json", a.json,
+                "print one JSON object as the last line (with `settings`, every [data] key's value, and "
+                "`not_applied`, the keys given that a loader run does not apply, with why)");
+  cmd->add_option("--set", a.overrides,
+                  "override a [data] key or run.seed, e.g. --set data.bad_samples=skip: it wins over this command's "
+                  "defaults, and an option given that it contradicts (--crop 96 --set data.crop=128) is refused")
       ->type_name("KEY=VALUE");
   return cmd;
 }
@@ -126,53 +132,94 @@ CLI::App* add_pack(CLI::App& app, PackArgs& a) {
 
 namespace {
 
-// The data layer's keys alone, at their defaults (the default job's [data]), as training reads
-// them, with the --set overrides, and run.seed (the augmentation and sampler streams derive from it).
-data::DataConfig bench_loader_config(const BenchLoaderArgs& a, int64_t* run_seed) {
-  data::DataConfig config;
-  ConfigSchema schema;
-  data::bind_data_config(config, schema);
-  schema.add("run", "seed", run_seed, "the seed the augmentation and sampler streams derive from").non_negative();
-  for (const auto& o : a.overrides) schema.apply_override(o);
-  config.crop = a.crop;
-  return config;
+// The [data] keys and run.seed (train/data_settings.h), the --set overrides over them and the
+// options given over those.
+std::unique_ptr<data::DataSettings> bench_loader_settings(const BenchLoaderArgs& a) {
+  auto s = std::make_unique<data::DataSettings>("bench loader", "--set");
+  for (const auto& o : a.overrides) s->set(o);
+  if (a.crop > 0) s->option(fmt::format("--crop {}", a.crop), fmt::format("data.crop={}", a.crop));
+  if (a.threads >= 0) s->option(fmt::format("--threads {}", a.threads), fmt::format("data.threads={}", a.threads));
+  if (!a.data.empty()) s->source("--data " + a.data, {{a.eval ? "data.test_path" : "data.train_path", a.data}});
+  return s;
+}
+
+// The pipeline timed: --data's, or the one the [data] keys name, as training opens it; `path`:
+// what it reads.
+std::shared_ptr<const data::SamplePipeline> bench_loader_pipeline(const BenchLoaderArgs& a, const data::DataConfig& c,
+                                                                  uint64_t seed, std::string* path) {
+  if (!a.data.empty() || c.dataset == data::DataConfig::Dataset::kImages) {
+    *path = !a.data.empty() ? a.data : a.eval ? c.test_path : c.train_path;
+    if (path->empty()) {
+      throw bad_input("bench loader: give --data PATH, or data.{} with data.dataset = \"images\"",
+                      a.eval ? "test_path" : "train_path");
+    }
+    return data::make_pipeline_for_path(*path, c, seed, !a.eval);
+  }
+  *path = a.eval ? c.test_images : c.train_images;
+  return data::make_data(c, seed, /*test_only=*/a.eval).train;
+}
+
+// The keys given that this run does not apply (data_settings.h), each warned of once: {key: why}.
+nlohmann::ordered_json say_not_applied(const BenchLoaderArgs& a, const data::DataSettings& settings,
+                                       const data::SamplePipeline& pipeline, const std::string& path) {
+  data::LoaderUse use;
+  use.train = use.transforms = use.order = !a.eval;
+  use.images = dynamic_cast<const data::ImagePipeline*>(&pipeline) != nullptr;
+  use.remote = data::is_remote_path(path);
+  use.eval_switch = "--eval";
+  use.normalisation = "normalisation's: the loader delivers uint8 pixels, which training normalises on the device "
+                      "(DeviceInput)";
+  const nlohmann::ordered_json values = settings.values();
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& [key, why] : data::not_applied(settings, use)) {
+    log_warn("bench loader: {} = {} is not applied: {}", key, values[key].dump(), why);
+    out[key] = why;
+  }
+  return out;
+}
+
+// The order training visits (data.sampler), or evaluation's sequential one.
+std::shared_ptr<const data::Sampler> bench_loader_sampler(const BenchLoaderArgs& a, const data::DataConfig& config,
+                                                          const data::SamplePipeline& pipeline, uint64_t run_seed,
+                                                          bool remote) {
+  const uint64_t seed = derive_seed(run_seed, RngStream::kSampler);
+  if (a.eval) return std::make_shared<const data::DistributedSampler>(pipeline.size(), /*shuffle=*/false, seed);
+  data::SamplerBuild order;
+  order.size = pipeline.size();
+  order.seed = seed;
+  order.batch = a.batch_size;
+  order.shard_counts = pipeline.shard_counts();
+  order.remote = remote;
+  return data::make_training_sampler(config, order);
 }
 
 }  // namespace
 
 int run_bench_loader(const BenchLoaderArgs& a) {
-  int64_t run_seed = 0;
-  const data::DataConfig config = bench_loader_config(a, &run_seed);
-  const uint64_t seed = derive_seed(static_cast<uint64_t>(run_seed), RngStream::kAugment);
-  auto pipeline = data::make_pipeline_for_path(a.data, config, seed, !a.eval);
-  int threads = a.threads;
+  const std::unique_ptr<data::DataSettings> settings = bench_loader_settings(a);
+  const data::DataConfig& config = settings->data();
+  const auto run_seed = static_cast<uint64_t>(settings->seed());
+  std::string path;
+  auto pipeline = bench_loader_pipeline(a, config, derive_seed(run_seed, RngStream::kAugment), &path);
+  const nlohmann::ordered_json not_applied = say_not_applied(a, *settings, *pipeline, path);
+  int threads = static_cast<int>(config.threads);
   std::string chosen;
   if (threads == 0) threads = data::choose_loader_threads(*pipeline, available_cores(), &chosen);
   log_info("data: {} samples; {}", pipeline->size(), pipeline->describe());
   log_info("loader: {}, batch {}, prefetch {}, bad samples: {}",
            chosen.empty() ? fmt::format("{} thread(s)", threads) : chosen, a.batch_size, config.prefetch,
            data::bad_sample_policy_name(config.bad_samples));
-
-  // The order training visits (data.sampler), or evaluation's sequential one.
-  const uint64_t sampler_seed = derive_seed(static_cast<uint64_t>(run_seed), RngStream::kSampler);
-  data::SamplerBuild order;
-  order.size = pipeline->size();
-  order.seed = sampler_seed;
-  order.batch = a.batch_size;
-  order.shard_counts = pipeline->shard_counts();
-  order.remote = data::is_remote_path(a.data);
   const std::shared_ptr<const data::Sampler> sampler =
-      a.eval ? std::make_shared<const data::DistributedSampler>(pipeline->size(), /*shuffle=*/false, sampler_seed)
-             : data::make_training_sampler(config, order);
-  auto make_loader = [&] {
-    return std::make_unique<data::Loader>(pipeline, sampler, data::loader_options(config, a.batch_size, threads));
-  };
+      bench_loader_sampler(a, config, *pipeline, run_seed, data::is_remote_path(path));
+  const data::LoaderOptions options = data::loader_options(config, a.batch_size, threads);
+  auto make_loader = [&] { return std::make_unique<data::Loader>(pipeline, sampler, options); };
   auto loader = make_loader();
   const int64_t per_epoch = loader->batches_per_epoch();
   const int64_t warmup = a.warmup >= 0 ? a.warmup : std::max<int64_t>(2, per_epoch / 20);
   Sha256 digest;
   int64_t batches = 0, images = 0, timed_images = 0, skipped = 0;
   std::vector<std::string> skipped_names;
+  data::ImageSpec shape = pipeline->output_spec();  // the first batch's samples
   auto clock_start = std::chrono::steady_clock::now();
   bool timing = warmup == 0;
   for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
@@ -187,6 +234,7 @@ int run_bench_loader(const BenchLoaderArgs& a) {
       }
       auto batch = loader->next();
       if (!batch) break;
+      if (batches == 0) shape = batch->spec;
       ++batches;
       images += batch->size();
       if (timing) timed_images += batch->size();
@@ -210,12 +258,18 @@ int run_bench_loader(const BenchLoaderArgs& a) {
            images, batches, rate, timed_images, secs, warmup, skipped > 0 ? fmt::format("; {} skipped", skipped) : "",
            a.digest ? "; digest " + hex : "");
   if (a.json) {
+    const int64_t crop = !a.eval || config.eval_crop == 0 ? config.crop : config.eval_crop;
     nlohmann::ordered_json j = {{"images_per_s", rate},   {"images", images},     {"timed_images", timed_images},
                                 {"seconds", secs},        {"batches", batches},   {"threads", threads},
-                                {"crop", a.crop},         {"epochs", a.epochs},   {"batch_size", a.batch_size},
+                                {"prefetch", options.prefetch},
+                                {"crop", not_applied.contains("data.crop") ? nlohmann::ordered_json(nullptr)
+                                                                           : nlohmann::ordered_json(crop)},
+                                {"sample_shape", {shape.channels, shape.height, shape.width}},
+                                {"epochs", a.epochs},     {"batch_size", a.batch_size},
                                 {"skipped", skipped},     {"skipped_names", skipped_names},
                                 {"digest", a.digest ? nlohmann::ordered_json(hex) : nlohmann::ordered_json(nullptr)},
-                                {"data", a.data}};
+                                {"data", path},           {"pipeline", pipeline->describe()},
+                                {"settings", settings->values()}, {"not_applied", not_applied}};
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;

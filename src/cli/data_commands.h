@@ -13,9 +13,9 @@ class App;
 namespace crucible::cli {
 
 struct BenchLoaderArgs {
-  std::string data;
-  int64_t crop = 224;
-  int threads = 0;  // 0 = measured (D10)
+  std::string data;   // "": the data the [data] keys name
+  int64_t crop = 0;   // --crop (0: not given, data.crop's value holds)
+  int threads = -1;   // --threads (-1: not given, data.threads's value holds; 0 = measured, D10)
   int64_t epochs = 1;
   int64_t batch_size = 256;
   int64_t warmup = -1;    // batches before timing starts (-1: 5% of an epoch, at least 2)

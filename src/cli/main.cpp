@@ -67,6 +67,14 @@ void add_job_options(CLI::App* cmd, JobArgs& a, const std::string& json_help = "
   if (!json_help.empty()) cmd->add_flag("--json", a.json, json_help);
 }
 
+// The last --set of `key` ("train.batch_size=8"), or "" when none.
+std::string set_of(const JobArgs& a, const std::string& key) {
+  for (auto it = a.overrides.rbegin(); it != a.overrides.rend(); ++it) {
+    if (it->rfind(key + "=", 0) == 0) return *it;
+  }
+  return "";
+}
+
 // The job of `a.config` (or the built-in default) with --set overrides applied.
 train::JobConfig load_job(const JobArgs& a) {
   train::JobConfig job;
@@ -249,9 +257,11 @@ Subcommand add_preview(CLI::App& app) {
   return {cmd, [a] {
             const commands::PreviewSummary s = commands::preview(load_job(*a), a->options);
             if (a->json) {
+              nlohmann::json not_applied = nlohmann::json::object();
+              for (const auto& [key, why] : s.not_applied) not_applied[key] = why;
               const nlohmann::json j = {{"out", a->options.out}, {"samples", s.samples}, {"columns", s.columns},
                                         {"rows", s.rows}, {"width", s.width}, {"height", s.height},
-                                        {"batches", s.batches}, {"mixed", s.mixed}};
+                                        {"batches", s.batches}, {"mixed", s.mixed}, {"not_applied", not_applied}};
               std::printf("%s\n", j.dump().c_str());
             }
             return 0;
@@ -313,7 +323,14 @@ Subcommand add_bench_model(CLI::App& bench) {
                 "only the job's precision (auto: what it picks here) instead of every candidate");
   return {cmd, [a] {
             a->options.all_precisions = !a->job_precision;
-            const commands::ModelBenchResult r = commands::bench_model(load_job(*a), a->options);
+            const train::JobConfig job = load_job(*a);
+            // --batch given and a --set of train.batch_size that says otherwise: which was meant?
+            if (const std::string set = set_of(*a, "train.batch_size");
+                a->options.batch > 0 && !set.empty() && job.train.batch_size != a->options.batch) {
+              throw bad_input("bench model: --batch {} and --set {} disagree: give one of them, or the same value",
+                              a->options.batch, set);
+            }
+            const commands::ModelBenchResult r = commands::bench_model(job, a->options);
             std::printf("%s", r.to_text().c_str());
             if (a->json) std::printf("%s\n", r.to_json().c_str());
             return 0;

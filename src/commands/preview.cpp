@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "crucible/core/error.h"
@@ -150,7 +151,15 @@ PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& opt
   // sampler and seeds), and the recipe's batch transforms but multi-scale (the tiles keep the
   // crop's size).
   train::JobConfig c = config;
-  c.pieces.of<train::MultiScaleOptions>(train::kMultiScalePiece).sizes.clear();
+  PreviewSummary s;
+  std::vector<double>& sizes = c.pieces.of<train::MultiScaleOptions>(train::kMultiScalePiece).sizes;
+  if (!sizes.empty()) {
+    s.not_applied.emplace_back("train.multi_scale",
+                               fmt::format("the tiles keep data.crop's size ({} pixels)", config.data.crop));
+    log_warn("preview: train.multi_scale = [{}] is not applied: {}", fmt::join(sizes, ", "),
+             s.not_applied.back().second);
+    sizes.clear();
+  }
   const std::unique_ptr<train::Session> session = train::Session::open_preview(std::move(c));
   train::Job* job = &session->job();
   const data::ImageSpec spec = job->train_loader->pipeline().output_spec();
@@ -168,7 +177,6 @@ PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& opt
 
   std::vector<at::Tensor> tiles;    // [C, H, W] uint8 each
   std::vector<at::Tensor> targets;  // [classes] float each
-  PreviewSummary s;
   job->train_loader->start_epoch(0);
   for (int64_t step = 0; static_cast<int64_t>(tiles.size()) < options.n; ++step) {
     std::optional<data::Batch> batch = job->train_loader->next();

@@ -7,7 +7,6 @@
 #include "crucible/core/thread_pool.h"
 #include "crucible/data/data_config.h"
 #include "crucible/train/ema_options.h"
-#include "crucible/train/mixup.h"
 #include "crucible/train/multi_scale.h"
 
 namespace crucible::train {
@@ -37,8 +36,6 @@ void bind_run(JobConfig& j, ConfigSchema& s) {
 // factories are recipe.cpp's registries, in the torch library, which the torch-free tools that
 // read every key (report, the Python module) do not link: so this list names them again.
 void declare_train_piece_settings(JobConfig& j, ConfigSchema& s) {
-  declare_settings(s, j.pieces.of<RandomErasingOptions>(kRandomErasingPiece));
-  declare_settings(s, j.pieces.of<MixUpCutMixOptions>(kMixUpCutMixPiece));
   declare_settings(s, j.pieces.of<MultiScaleOptions>(kMultiScalePiece));
   declare_settings(s, j.pieces.of<EmaOptions>(kEmaPiece));
 }

@@ -109,7 +109,7 @@ std::unique_ptr<BatchTransform> random_erasing_transform(uint64_t seed, double p
 }
 
 std::unique_ptr<BatchTransform> make_mixup_cutmix(const Job& job) {
-  const auto d = job.config.pieces.get<MixUpCutMixOptions>(kMixUpCutMixPiece);
+  const auto d = job.config.data.pieces.get<MixUpCutMixOptions>(kMixUpCutMixPiece);
   if (d.mixup_alpha <= 0 && d.cutmix_alpha <= 0) return nullptr;
   if (job.train_loader->pipeline().output_spec().type == data::SampleType::kFeatures && d.cutmix_alpha > 0) {
     log_info("CutMix on float features: boxes are cut from the [C, H, W] feature maps");
@@ -123,7 +123,7 @@ std::unique_ptr<BatchTransform> make_mixup_cutmix(const Job& job) {
 }
 
 std::unique_ptr<BatchTransform> make_random_erasing(const Job& job) {
-  const auto d = job.config.pieces.get<RandomErasingOptions>(kRandomErasingPiece);
+  const auto d = job.config.data.pieces.get<RandomErasingOptions>(kRandomErasingPiece);
   if (d.p <= 0) return nullptr;
   auto pair = [](const std::vector<double>& v, const char* key, bool positive) {
     if (v.size() != 2 || !(v[0] <= v[1]) || (positive && !(v[0] > 0))) {

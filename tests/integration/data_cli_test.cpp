@@ -41,7 +41,7 @@ json bench(const std::vector<std::string>& extra) {
   cmd.insert(cmd.end(), extra.begin(), extra.end());
   auto r = test::run_command(cmd);
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  return json::parse(r.out.substr(r.out.rfind('{')));
+  return json::parse(r.out.substr(r.out.rfind("\n{") + 1));
 }
 
 TEST(BenchLoader, DigestSameForThreadsAndRestore) {
@@ -84,7 +84,7 @@ TEST(BenchLoader, FashionMnistFolderUsesTheIdxPipeline) {
   auto r = test::run_command({test::crucible_binary(), "bench", "loader", "--data", "/usr/share/datasets/fashion-mnist",
                               "--threads", "1", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json j = json::parse(r.out.substr(r.out.rfind('{')));
+  const json j = json::parse(r.out.substr(r.out.rfind("\n{") + 1));
   EXPECT_EQ(j["images"], 60000);
 }
 

@@ -86,12 +86,12 @@ TEST(PreviewCli, TilesAreTheTrainingSamplesWithTheirLabelsCutMixAndAugmentations
   ASSERT_EQ(mixed.exit_code, 0) << mixed.err;
   auto ta = test::run_command(preview(d, "ta.png", {"--set", "data.augment=trivialaugment_wide"}));
   ASSERT_EQ(ta.exit_code, 0) << ta.err;
-  const json summary = json::parse(plain.out.substr(plain.out.rfind('{')));
+  const json summary = json::parse(plain.out.substr(plain.out.rfind("\n{") + 1));
   EXPECT_EQ(summary["samples"], 36);
   EXPECT_EQ(summary["batches"], 3);  // 36 samples from batches of 12
   EXPECT_EQ(summary["columns"], 6);
   EXPECT_FALSE(summary["mixed"].get<bool>());
-  EXPECT_TRUE(json::parse(mixed.out.substr(mixed.out.rfind('{')))["mixed"].get<bool>());
+  EXPECT_TRUE(json::parse(mixed.out.substr(mixed.out.rfind("\n{") + 1))["mixed"].get<bool>());
 
   const std::string out = test::run_python("import sys\nsys.argv = ['check', '" + (d / "plain.png") + "', '" +
                                            (d / "mixed.png") + "', '" + (d / "ta.png") + "']\n" + kCheck);

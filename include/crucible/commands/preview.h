@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "crucible/train/job_config.h"
 
@@ -24,6 +26,9 @@ struct PreviewSummary {
   int64_t width = 0, height = 0;  // of the PNG
   int64_t batches = 0;            // training batches read
   bool mixed = false;             // MixUp/CutMix applied
+  // (key, why) of the keys the job sets that preview does not apply (train.multi_scale), each
+  // also warned of.
+  std::vector<std::pair<std::string, std::string>> not_applied;
 };
 
 // bad_input for n < 1, an output not ending in .png, and data that are float features (no pixels).

@@ -9,44 +9,17 @@
 #include <memory>
 #include <vector>
 
-#include "crucible/core/config.h"
 #include "crucible/data/batch_draws.h"
+#include "crucible/data/batch_settings.h"
 
 namespace crucible::train {
 
-// The pieces' settings (recipe.cpp's "random_erase" and "mixup_cutmix"), declared here — inline,
-// so that the torch-free tools that read every key (report, the Python module) see them.
-inline constexpr const char* kRandomErasingPiece = "random_erase";  // its name in the registry
-struct RandomErasingOptions {
-  double p = 0.0;                                // data.random_erase (0 = off)
-  std::vector<double> scale = {0.02, 0.33};      // data.random_erase_scale
-  std::vector<double> ratio = {0.3, 3.3};        // data.random_erase_ratio
-  std::vector<double> value = {0.0};             // data.random_erase_value, in normalised units
-};
-inline void declare_settings(ConfigSchema& s, RandomErasingOptions& o) {
-  s.add("data", "random_erase", &o.p,
-        "probability of torchvision's RandomErasing per training sample, after normalisation (0 = off)")
-      .min(0)
-      .max(1);
-  s.add("data", "random_erase_scale", &o.scale, "random erasing: range of the erased area fraction");
-  s.add("data", "random_erase_ratio", &o.ratio, "random erasing: range of the aspect ratio");
-  s.add("data", "random_erase_value", &o.value,
-        "random erasing: the erased value(s) in normalised units, one or one per channel (0 = the mean colour)");
-}
-
-inline constexpr const char* kMixUpCutMixPiece = "mixup_cutmix";
-struct MixUpCutMixOptions {
-  double mixup_alpha = 0.0;   // data.mixup_alpha (0 = off)
-  double cutmix_alpha = 0.0;  // data.cutmix_alpha (0 = off); with both, one of the two per batch
-};
-inline void declare_settings(ConfigSchema& s, MixUpCutMixOptions& o) {
-  s.add("data", "mixup_alpha", &o.mixup_alpha,
-        "MixUp on the device, λ ~ Beta(α, α), soft targets (0 = off; with cutmix_alpha, one of the two per batch)")
-      .non_negative();
-  s.add("data", "cutmix_alpha", &o.cutmix_alpha,
-        "CutMix on the device, λ ~ Beta(α, α), λ corrected to the box (0 = off)")
-      .non_negative();
-}
+// The pieces' settings are [data] keys, so the data layer declares them (data/batch_settings.h:
+// bound by bind_data_config into DataConfig::pieces, by the names recipe.cpp registers).
+using data::kMixUpCutMixPiece;
+using data::kRandomErasingPiece;
+using data::MixUpCutMixOptions;
+using data::RandomErasingOptions;
 
 // The draws (CutMixBox, cutmix_box, MixDraw, draw_mix, EraseBox, draw_erase) are the data layer's
 // (data/batch_draws.h), so that the data commands and the Python module reach them too.
