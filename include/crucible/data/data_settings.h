@@ -1,10 +1,10 @@
 // The [data] section as the data commands read it (`crucible bench loader`, the Python loaders):
 // every key a job's [data] holds (bind_data_config: the section's own, the data pieces', and the
 // device's batch transforms', batch_settings.h) and run.seed, under the rule every command follows
-// (README, "Config"):
-// a key given with --set wins over the command's own defaults, an option given explicitly that a
-// --set contradicts is bad input naming both, and an option not given leaves the key's value.
-// What a loader run cannot apply of the keys given, not_applied() names, with why. Torch-free.
+// (README, "Training"): a key given with --set wins over the command's own defaults, an option
+// given explicitly that a --set contradicts is bad input naming both, and an option not given
+// leaves the key's value. What a loader run cannot apply of the keys given, not_applied() names,
+// with why. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -78,7 +78,7 @@ struct LoaderUse {
   bool images = true;      // encoded images; false: IDX or array samples, in memory
   bool remote = false;     // shards behind s3:// or http(s):// URLs
   std::string eval_switch;    // how evaluation is asked for ("--eval", "train=False"; "" when it cannot be)
-  std::string normalisation;  // what stands in for data.mean/std here (the loader delivers uint8 pixels)
+  std::string normalisation;  // why data.mean/std do not apply here (the loader delivers uint8 pixels)
 };
 
 // The keys given (by an override or an option) that a loader run as `use` does not apply, each
