@@ -86,7 +86,12 @@ TEST(EmaCli, EvaluatedBesideTheModelAndServedByEvalAndPredict) {
   const json e = last_json_line(ev.out);
   EXPECT_EQ(e["weights"], "ema");
   EXPECT_EQ(e["test_acc"].get<double>(), summary["test_acc_ema"].get<double>());
-  EXPECT_EQ(e["test_loss"].get<double>(), summary["test_loss_ema"].get<double>());
+  // The loss within 1e-9 of itself, not bit for bit: on some CPUs (an AMD EPYC with AVX-512, 2026-12-06)
+  // one sample's float32 loss differs by an ulp between the ranks' EMA copy and the weights read
+  // back from the checkpoint (2.0152758898735 against 2.0152758901119, on c8b7e9d too); the
+  // accuracy and the weights' digest stay exact.
+  EXPECT_NEAR(e["test_loss"].get<double>(), summary["test_loss_ema"].get<double>(),
+              1e-9 * summary["test_loss_ema"].get<double>());
   EXPECT_EQ(e["params_sha256"], summary["ema_sha256"]);
   auto em = test::run_command(command("eval", args, {"--json"}));  // default: the model
   ASSERT_EQ(em.exit_code, 0) << em.err;
@@ -154,7 +159,12 @@ TEST(EmaCli, TwoRanksEvaluateTheEmaOneProcessReadsFromTheirCheckpoint) {
   ASSERT_EQ(ev.exit_code, 0) << ev.err;
   const json e = last_json_line(ev.out);
   EXPECT_EQ(e["test_acc"].get<double>(), summary["test_acc_ema"].get<double>());
-  EXPECT_EQ(e["test_loss"].get<double>(), summary["test_loss_ema"].get<double>());
+  // The loss within 1e-9 of itself, not bit for bit: on some CPUs (an AMD EPYC with AVX-512, 2026-12-06)
+  // one sample's float32 loss differs by an ulp between the ranks' EMA copy and the weights read
+  // back from the checkpoint (2.0152758898735 against 2.0152758901119, on c8b7e9d too); the
+  // accuracy and the weights' digest stay exact.
+  EXPECT_NEAR(e["test_loss"].get<double>(), summary["test_loss_ema"].get<double>(),
+              1e-9 * summary["test_loss_ema"].get<double>());
   EXPECT_EQ(e["params_sha256"], summary["ema_sha256"]);
 }
 
