@@ -288,7 +288,7 @@ class AugMixTest(LawTest):
             samples.append((m0, weights, [len(c) for c in chains], [op for c in chains for op in c]))
         return samples
 
-    def test_mixing_weights_depth_ops_bins_and_signs(self):
+    def test_mixing_weights_depth_ops_bins_and_signs_D14(self):
         kind = oracle(self, "AugMix's draws against v2.AugMix")
         print(f"\nAugMix against torchvision {kind}:")
         rnd = random.Random(46)
@@ -349,7 +349,7 @@ class AugMixTest(LawTest):
 class MixUpCutMixTest(LawTest):
     H, W = 24, 40
 
-    def test_cutmix_centre_and_box(self):
+    def test_cutmix_centre_and_box_D14(self):
         n, alpha = 5000, 1.0
         t = TV2.CutMix(alpha=alpha, num_classes=10)
         batch = [torch.zeros(2, 3, self.H, self.W)]
@@ -383,7 +383,7 @@ class MixUpCutMixTest(LawTest):
             self.rejects(f"CutMix {what}, centre clipped to the interior", [s[i] for s in planted],
                          [s[i] for s in theirs], "ks")
 
-    def test_mixup_lambda_and_the_choice(self):
+    def test_mixup_lambda_and_the_choice_D14(self):
         n, mix_alpha, cut_alpha = 5000, 0.2, 1.0
         mixup = TV2.MixUp(alpha=mix_alpha, num_classes=10)
         cutmix = TV2.CutMix(alpha=cut_alpha, num_classes=10)
@@ -463,7 +463,7 @@ class RandomErasingTest(LawTest):
     def ours(self, n, seed, p, scale, ratio, w, h):
         return [_native.erase_draw(seed, 0, i, p, scale[0], scale[1], ratio[0], ratio[1], w, h) for i in range(n)]
 
-    def test_rate_area_ratio_and_position(self):
+    def test_rate_area_ratio_and_position_D14(self):
         kind = oracle(self, "RandomErasing's draws against v2.RandomErasing")
         print(f"\nRandomErasing against torchvision {kind}:")
         rnd = random.Random(48)
@@ -533,7 +533,7 @@ class RandomResizedCropTest(LawTest):
         finally:
             ctx.__exit__(None, None, None)
 
-    def test_scale_ratio_and_position(self):
+    def test_scale_ratio_and_position_D14(self):
         kind = oracle(self, "RandomResizedCrop's draws against v2.RandomResizedCrop")
         print(f"\nRandomResizedCrop against torchvision {kind}:")
         rnd = random.Random(49)
@@ -572,7 +572,7 @@ class PoliciesTest(LawTest):
     def img(self):
         return torch.zeros(3, self.H, self.W, dtype=torch.uint8)
 
-    def test_trivialaugment_wide(self):
+    def test_trivialaugment_wide_D14(self):
         kind = oracle(self, "TrivialAugmentWide's draws against v2.TrivialAugmentWide")
         n = 6000
         t = (TV2 if kind == "v2" else A1).TrivialAugmentWide()
@@ -594,7 +594,7 @@ class PoliciesTest(LawTest):
         self.same_law("sign", signs_ours, signs_theirs, "chi2")
         self.rejects("negative with p = 0.6", [rnd.random() < 0.6 for _ in signs_ours], signs_theirs, "chi2")
 
-    def test_randaugment(self):
+    def test_randaugment_D14(self):
         kind = oracle(self, "RandAugment's draws against v2.RandAugment")
         n, magnitude = 4000, 9
         t = (TV2 if kind == "v2" else A1).RandAugment(num_ops=2, magnitude=magnitude)
@@ -616,7 +616,7 @@ class PoliciesTest(LawTest):
         self.same_law("sign", signs_ours, signs_theirs, "chi2")
         self.rejects("negative with p = 0.6", [rnd.random() < 0.6 for _ in signs_ours], signs_theirs, "chi2")
 
-    def test_autoaugment(self):
+    def test_autoaugment_D14(self):
         kind = oracle(self, "AutoAugment's draws against v2.AutoAugment")
         n = 8000  # imagenet's sub-policies sign ~0.4 ops a sample: enough signs to see p = 0.6
         print(f"\nAutoAugment against torchvision {kind}:")
