@@ -28,12 +28,17 @@ std::string Sha256::hex_digest() {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   if (EVP_DigestFinal_ex(impl_->ctx, md, &len) != 1) throw std::runtime_error("OpenSSL: SHA-256 final failed");
+  return to_hex(md, len);
+}
+
+std::string to_hex(const void* data, size_t size) {
   static const char* kHex = "0123456789abcdef";
+  const auto* p = static_cast<const unsigned char*>(data);
   std::string out;
-  out.reserve(2 * len);
-  for (unsigned i = 0; i < len; ++i) {
-    out += kHex[md[i] >> 4];
-    out += kHex[md[i] & 15];
+  out.reserve(2 * size);
+  for (size_t i = 0; i < size; ++i) {
+    out += kHex[p[i] >> 4];
+    out += kHex[p[i] & 15];
   }
   return out;
 }

@@ -416,16 +416,7 @@ TarIndex index_tar(const uint8_t* data, uint64_t size, const std::string& shard)
 constexpr char kTarIndexMagicV1[8] = {'C', 'R', 'T', 'A', 'R', 'I', 'X', '1'};
 constexpr char kTarIndexMagic[8] = {'C', 'R', 'T', 'A', 'R', 'I', 'X', '2'};
 
-// Lower-case hex of `n` raw bytes, and back (false unless 2n hex digits).
-std::string to_hex(const uint8_t* p, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(digits[p[i] >> 4]);
-    out.push_back(digits[p[i] & 15]);
-  }
-  return out;
-}
+// Raw bytes from lower-case hex (false unless 2n hex digits); to_hex (core/sha256.h) is the way there.
 bool from_hex(const std::string& hex, std::string* raw) {
   auto nibble = [](char c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;

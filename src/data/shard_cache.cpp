@@ -76,13 +76,7 @@ std::string file_digest(int fd, uint64_t size, const char* algorithm) {
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx, md, &len);
   EVP_MD_CTX_free(ctx);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out.push_back(hex[md[i] >> 4]);
-    out.push_back(hex[md[i] & 15]);
-  }
-  return out;
+  return to_hex(md, len);
 }
 
 // A part file whose writer is gone ("<name>.part-<pid>-<n>" with no process <pid>).

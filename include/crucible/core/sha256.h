@@ -28,4 +28,7 @@ class Sha256 {
 
 std::string sha256_hex(std::string_view data);
 
+// `size` bytes as lower-case hex (2·size characters): digests and the hashes sidecars record.
+std::string to_hex(const void* data, size_t size);
+
 }  // namespace crucible
