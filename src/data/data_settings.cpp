@@ -120,7 +120,8 @@ void DataSettings::source(const std::string& given, const std::vector<std::pair<
   const nlohmann::ordered_json now = values();
   for (const auto& [key, assignment] : sets_) {
     if (kSourceKeys.count(key) == 0) continue;
-    const auto same = std::find_if(same_as.begin(), same_as.end(), [&](const auto& p) { return p.first == key; });
+    const std::string& name = key;  // C++17: a lambda cannot capture a structured binding
+    const auto same = std::find_if(same_as.begin(), same_as.end(), [&](const auto& p) { return p.first == name; });
     if (same != same_as.end() && now[key].is_string() &&
         normal_path(now[key].get<std::string>()) == normal_path(same->second)) {
       continue;
