@@ -132,7 +132,7 @@ CLI::App* add_pack(CLI::App& app, PackArgs& a) {
 
 namespace {
 
-// The [data] keys and run.seed (train/data_settings.h), the --set overrides over them and the
+// The [data] keys and run.seed (data/data_settings.h), the --set overrides over them and the
 // options given over those.
 std::unique_ptr<data::DataSettings> bench_loader_settings(const BenchLoaderArgs& a) {
   auto s = std::make_unique<data::DataSettings>("bench loader", "--set");

@@ -46,20 +46,22 @@ struct Target {
   std::string region;  // S3: the region signed for
 };
 
-// "%41" → "A" (a Location's path, before it is signed).
-std::string percent_decode(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-      out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16)));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
+// libcurl's URL parser (CURLU), released with the object.
+struct CurlUrl {
+  CURLU* h = curl_url();
+  CurlUrl() = default;
+  CurlUrl(const CurlUrl&) = delete;
+  CurlUrl& operator=(const CurlUrl&) = delete;
+  ~CurlUrl() { curl_url_cleanup(h); }
+  // A part of the URL ("" when it has none); `flags` as curl_url_get's (CURLU_URLDECODE).
+  std::string get(CURLUPart part, unsigned flags = 0) const {
+    char* v = nullptr;
+    if (curl_url_get(h, part, &v, flags) != CURLUE_OK || v == nullptr) return "";
+    std::string out(v);
+    curl_free(v);
+    return out;
   }
-  return out;
-}
+};
 
 // The XML <Code> / <Message> of an S3 error body, or the body's start.
 std::string error_detail(const std::string& body) {
@@ -296,25 +298,26 @@ struct RemoteStore::Impl {
   // path, to be signed again (the old signature covers the old ones), in the region S3 names.
   static Target redirected(const std::string& url, const Target& from, const Attempt& a) {
     if (a.location.empty()) throw bad_input("{}: HTTP {} without a Location to follow", url, a.status);
-    std::string location = a.location;
-    if (starts_with(location, "/")) {  // relative: the same scheme and host
-      const size_t scheme = from.url.find("://");
-      location = from.url.substr(0, from.url.find('/', scheme + 3)) + location;
+    CurlUrl u;  // the Location, resolved against the URL it answered when relative
+    if (curl_url_set(u.h, CURLUPART_URL, from.url.c_str(), 0) != CURLUE_OK ||
+        curl_url_set(u.h, CURLUPART_URL, a.location.c_str(), 0) != CURLUE_OK) {
+      throw bad_input("{}: HTTP {} to {}: not a URL to follow", url, a.status, a.location);
     }
-    const size_t scheme = location.find("://");
-    if (!(starts_with(location, "http://") || starts_with(location, "https://"))) {
+    const std::string scheme = u.get(CURLUPART_SCHEME);
+    if (scheme != "http" && scheme != "https") {
       throw bad_input("{}: HTTP {} to {}: expected an http(s) URL to follow", url, a.status, a.location);
     }
-    if (location.find('?') != std::string::npos) {
+    if (!u.get(CURLUPART_QUERY).empty()) {
       throw bad_input("{}: HTTP {} to {}: a redirect with a query is not signed again; point data.s3_endpoint at "
                       "where the objects are",
                       url, a.status, a.location);
     }
     Target t = from;
-    const size_t path_at = location.find('/', scheme + 3);
-    t.host = location.substr(scheme + 3, path_at == std::string::npos ? std::string::npos : path_at - scheme - 3);
-    t.path = path_at == std::string::npos ? "/" : percent_decode(location.substr(path_at));
-    t.url = location.substr(0, path_at) + sigv4_uri_encode(t.path, true);
+    const std::string port = u.get(CURLUPART_PORT);
+    t.host = u.get(CURLUPART_HOST) + (port.empty() ? "" : ":" + port);
+    t.path = u.get(CURLUPART_PATH, CURLU_URLDECODE);
+    if (t.path.empty()) t.path = "/";
+    t.url = scheme + "://" + t.host + sigv4_uri_encode(t.path, true);
     if (!a.bucket_region.empty()) t.region = a.bucket_region;
     return t;
   }

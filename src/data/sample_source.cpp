@@ -544,9 +544,8 @@ class TarShardSource final : public SampleSource {
       }
       if (write) {
         try {
-          Sha256 hash;
-          hash.update(file->data(), file->size());
-          write_file_atomic(idx_path, encode_tar_index(index, file->size(), mtime_ns, hash.hex_digest()));
+          const std::string_view bytes(reinterpret_cast<const char*>(file->data()), file->size());
+          write_file_atomic(idx_path, encode_tar_index(index, file->size(), mtime_ns, sha256_hex(bytes)));
         } catch (const Error&) {
           // a read-only folder: the index is rebuilt at the next open
         }

@@ -79,6 +79,24 @@ std::string file_digest(int fd, uint64_t size, const char* algorithm) {
   return to_hex(md, len);
 }
 
+// Why a finished download of `wrote` bytes in `fd` fails `check` ("" when it passes): its size,
+// then the SHA-256 the .idx records, else the MD5 of S3's ETag (each file read once).
+std::string check_failure(int fd, uint64_t wrote, uint64_t size, const ShardCheck& check) {
+  struct stat st {};
+  if (wrote != size || ::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != size) {
+    return fmt::format("{} bytes where {} were expected", wrote, size);
+  }
+  if (!check.sha256.empty()) {
+    const std::string got = file_digest(fd, size, "sha256");
+    return got == check.sha256 ? "" : fmt::format("SHA-256 {} where the index says {}", got, check.sha256);
+  }
+  if (!check.md5.empty()) {
+    const std::string got = file_digest(fd, size, "md5");
+    return got == check.md5 ? "" : fmt::format("MD5 {} where the ETag says {}", got, check.md5);
+  }
+  return "";
+}
+
 // A part file whose writer is gone ("<name>.part-<pid>-<n>" with no process <pid>).
 bool is_stale_part(const std::string& name) {
   const size_t at = name.rfind(kPart);
@@ -265,15 +283,8 @@ void ShardCache::download(const std::string& url, const std::string& path, uint6
     reserve(size, part, url);
     try {
       Fd fd(open_or_throw(part, O_RDWR));
-      const uint64_t wrote = fetch_(url, size, fd.fd);
-      struct stat st {};
-      if (wrote != size || ::fstat(fd.fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != size) {
-        last = fmt::format("{} bytes where {} were expected", wrote, size);
-      } else if (!check.sha256.empty() && file_digest(fd.fd, size, "sha256") != check.sha256) {
-        last = fmt::format("SHA-256 {} where the index says {}", file_digest(fd.fd, size, "sha256"), check.sha256);
-      } else if (check.sha256.empty() && !check.md5.empty() && file_digest(fd.fd, size, "md5") != check.md5) {
-        last = fmt::format("MD5 {} where the ETag says {}", file_digest(fd.fd, size, "md5"), check.md5);
-      } else {
+      last = check_failure(fd.fd, fetch_(url, size, fd.fd), size, check);
+      if (last.empty()) {
         {
           // Under the folder's lock, as reservations list it: a listing that raced a rename saw
           // neither the part (gone when stat'ed) nor the shard (added behind the read), so it
