@@ -168,6 +168,46 @@ class DependencyAudit(unittest.TestCase):
             self.assertIn("'no_such_module_anywhere'", out)
             self.assertNotIn("numpy", out)  # python3-numpy is listed
 
+    def test_a_torch2_oracle_is_looked_up_in_its_venv(self):
+        # A file marked for .venv-torch2 (the detection tests) may import what only that venv has
+        # (scripts/setup-torch2's oracles); a module it has not is named with that script, and so
+        # is a missing venv for the build against it (group torch2). Here a fake tree's venv is a
+        # /usr/bin/python3 that also sees one extra folder.
+        with tempfile.TemporaryDirectory() as tmp:
+            site = os.path.join(tmp, "site")
+            os.makedirs(site)
+            with open(os.path.join(site, "oracle_only_module.py"), "w") as f:
+                f.write("X = 1\n")
+            venv_bin = os.path.join(tmp, ".venv-torch2", "bin")
+            os.makedirs(venv_bin)
+            with open(os.path.join(venv_bin, "python"), "w") as f:
+                f.write(f'#!/bin/sh\nPYTHONPATH={site} exec /usr/bin/python3 "$@"\n')
+            os.chmod(os.path.join(venv_bin, "python"), 0o755)
+            marked, plain = os.path.join(tmp, "test_marked.py"), os.path.join(tmp, "test_plain.py")
+            with open(marked, "w") as f:
+                f.write("# audit-deps: python .venv-torch2\nimport numpy, oracle_only_module\n")  # audit-deps: ignore
+            with open(plain, "w") as f:
+                f.write("import oracle_only_module\n")  # audit-deps: ignore
+            rc, out = audit("--no-build", "--source", tmp, "--python-file", marked)
+            self.assertEqual(rc, 0, out)
+            with open(marked, "a") as f:
+                f.write("import no_such_module_anywhere\n")  # audit-deps: ignore
+            rc, out = audit("--no-build", "--source", tmp, "--python-file", marked)
+            self.assertEqual(rc, 1, out)
+            self.assertIn("'no_such_module_anywhere'", out)
+            self.assertIn("add it to the oracles of scripts/setup-torch2", out)
+            self.assertNotIn("oracle_only_module", out)
+            rc, out = audit("--no-build", "--source", tmp, "--python-file", plain)  # not marked: Debian's alone
+            self.assertEqual(rc, 1, out)
+            self.assertIn("'oracle_only_module'", out)
+            self.assertIn("add the Debian package that provides it", out)
+            os.remove(os.path.join(venv_bin, "python"))
+            rc, out = audit("--no-build", "--source", tmp, "--group", "torch2", "--python-file", marked)
+            self.assertEqual(rc, 1, out)
+            self.assertIn("which is missing: run scripts/setup --torch pypi", out)
+            rc, out = audit("--no-build", "--source", tmp, "--group", "test", "--python-file", marked)
+            self.assertEqual(rc, 0, out)  # without the venv (Debian's libtorch), those tests skip
+
     def test_the_tree_imports_are_found(self):
         # The tests' inline Python (C++ strings) and the benchmarks are scanned: numpy, torch,
         # torchvision and PIL must be among the modules checked.
