@@ -4,7 +4,7 @@
 // from a hash of the input.
 #include <algorithm>
 
-#include "crucible/data/decode.h"
+#include "crucible/data/image/decode.h"
 #include "fuzz_common.h"
 
 namespace {

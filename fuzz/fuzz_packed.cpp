@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "crucible/data/sample_source.h"
+#include "crucible/data/formats/sample_source.h"
 #include "fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "crucible/data/sample_source.h"
+#include "crucible/data/formats/sample_source.h"
 #include "fuzz_common.h"
 
 namespace {

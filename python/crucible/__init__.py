@@ -125,7 +125,7 @@ class _Loader:
         torchvision options.
 
         The keywords and the keys they set come from the piece's own declaration
-        (src/data/augment.cpp, each key's torchvision name): nothing is mapped here."""
+        (src/data/transforms/augment.cpp, each key's torchvision name): nothing is mapped here."""
         if augment is None:
             if augment_options:
                 raise ValueError("augment_options without augment: name the augmentation too")

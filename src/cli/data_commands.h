@@ -1,5 +1,5 @@
 // `crucible bench loader` and `crucible pack`: argument wiring and reports over the data
-// layer (data/data_setup.h, data/loader.h, data/pack.h), which holds the logic.
+// layer (data/data_setup.h, data/loader/loader.h, data/formats/pack.h), which holds the logic.
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "crucible/data/sampler.h"
+#include "crucible/data/samplers/sampler.h"
 
 namespace crucible::cli {
 

@@ -1,5 +1,5 @@
 // `crucible launch` and `crucible sampler`: argument wiring over the dist and data layers
-// (dist/launch.h, data/sampler.h), which hold the logic. Torch-free.
+// (dist/launch.h, data/samplers/sampler.h), which hold the logic. Torch-free.
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,7 @@
 #include "crucible/core/memory.h"
 #include "crucible/core/rng.h"
 #include "crucible/core/thread_pool.h"
-#include "crucible/data/loader.h"
+#include "crucible/data/loader/loader.h"
 #include "crucible/nn/model.h"
 #include "crucible/nn/model_options.h"
 #include "crucible/data/data_setup.h"

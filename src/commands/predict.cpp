@@ -14,7 +14,7 @@
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
 #include "crucible/core/log.h"
-#include "crucible/data/loader.h"
+#include "crucible/data/loader/loader.h"
 #include "crucible/train/evaluator.h"
 #include "crucible/train/gather.h"
 #include "crucible/train/loss.h"

@@ -11,7 +11,7 @@
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
 #include "crucible/core/rng.h"
-#include "crucible/data/device_input.h"
+#include "crucible/data/loader/device_input.h"
 #include "crucible/nn/model.h"
 #include "crucible/data/data_setup.h"
 #include "crucible/train/step.h"

@@ -1,7 +1,7 @@
 // bind_data_config: the reference of every [data] key (defaults, allowed values, help).
 #include "crucible/data/data_config.h"
 
-#include "crucible/data/batch_settings.h"
+#include "crucible/data/transforms/batch_settings.h"
 #include "crucible/data/data_recipe.h"
 
 namespace crucible::data {

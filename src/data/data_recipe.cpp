@@ -3,11 +3,11 @@
 #include "crucible/data/data_recipe.h"
 
 #include "crucible/core/config.h"
-#include "crucible/data/augment.h"
-#include "crucible/data/global_sampler.h"
-#include "crucible/data/random_solarize.h"
-#include "crucible/data/remote.h"
-#include "crucible/data/repeated_sampler.h"
+#include "crucible/data/transforms/augment.h"
+#include "crucible/data/samplers/global_sampler.h"
+#include "crucible/data/transforms/random_solarize.h"
+#include "crucible/data/remote/remote.h"
+#include "crucible/data/samplers/repeated_sampler.h"
 
 namespace crucible::data {
 namespace {

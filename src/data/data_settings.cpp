@@ -6,7 +6,7 @@
 
 #include "crucible/core/config.h"
 #include "crucible/core/error.h"
-#include "crucible/data/batch_settings.h"
+#include "crucible/data/transforms/batch_settings.h"
 #include "crucible/data/data_recipe.h"
 
 namespace crucible::data {

@@ -7,12 +7,12 @@
 
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
-#include "crucible/data/array_source.h"
-#include "crucible/data/sample_source.h"
-#include "crucible/data/source.h"
+#include "crucible/data/formats/array_source.h"
+#include "crucible/data/formats/sample_source.h"
+#include "crucible/data/formats/source.h"
 #include "crucible/data/data_recipe.h"
-#include "crucible/data/global_sampler.h"
-#include "crucible/data/remote_source.h"
+#include "crucible/data/samplers/global_sampler.h"
+#include "crucible/data/remote/remote_source.h"
 
 namespace crucible::data {
 namespace {

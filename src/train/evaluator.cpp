@@ -11,8 +11,8 @@
 
 #include "crucible/core/compat.h"
 #include "crucible/core/log.h"
-#include "crucible/data/device_input.h"
-#include "crucible/data/loader.h"
+#include "crucible/data/loader/device_input.h"
+#include "crucible/data/loader/loader.h"
 #include "crucible/nn/mode_guard.h"
 #include "crucible/nn/model.h"
 #include "crucible/train/gather.h"

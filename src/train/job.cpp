@@ -7,9 +7,9 @@
 #include <fmt/ranges.h>
 
 #include "crucible/core/sha256.h"
-#include "crucible/data/device_feeder.h"
-#include "crucible/data/device_input.h"
-#include "crucible/data/loader.h"
+#include "crucible/data/loader/device_feeder.h"
+#include "crucible/data/loader/device_input.h"
+#include "crucible/data/loader/loader.h"
 #include "crucible/distributed/comm.h"
 #include "crucible/distributed/grad_sync.h"
 #include "crucible/obs/layer_profile.h"

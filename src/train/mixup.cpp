@@ -1,6 +1,6 @@
 // MixUp/CutMix and random erasing as batch transforms (see mixup.h), following
 // torchvision/transforms/v2/_augment.py: MixUp, CutMix (their _mixup_label) and RandomErasing.
-// Their draws are the data layer's (data/batch_draws.h).
+// Their draws are the data layer's (data/transforms/batch_draws.h).
 #include "crucible/train/mixup.h"
 
 #include <ATen/ATen.h>
@@ -12,8 +12,8 @@
 
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
-#include "crucible/data/loader.h"
-#include "crucible/data/sampler.h"
+#include "crucible/data/loader/loader.h"
+#include "crucible/data/samplers/sampler.h"
 #include "crucible/train/job.h"
 #include "crucible/train/recipe.h"
 

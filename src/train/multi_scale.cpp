@@ -10,7 +10,7 @@
 
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
-#include "crucible/data/loader.h"
+#include "crucible/data/loader/loader.h"
 #include "crucible/train/job.h"
 #include "crucible/train/multi_scale.h"
 #include "crucible/train/recipe.h"

@@ -10,7 +10,7 @@
 
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
-#include "crucible/data/loader.h"
+#include "crucible/data/loader/loader.h"
 #include "crucible/distributed/comm.h"
 #include "crucible/distributed/grad_sync.h"
 #include "crucible/io/safetensors.h"

@@ -8,11 +8,11 @@
 #include <gtest/gtest.h>
 
 #include "crucible/core/error.h"
-#include "crucible/data/array_source.h"
-#include "crucible/data/device_input.h"
-#include "crucible/data/loader.h"
-#include "crucible/data/pipeline.h"
-#include "crucible/data/sampler.h"
+#include "crucible/data/formats/array_source.h"
+#include "crucible/data/loader/device_input.h"
+#include "crucible/data/loader/loader.h"
+#include "crucible/data/loader/pipeline.h"
+#include "crucible/data/samplers/sampler.h"
 #include "crucible/nn/model.h"
 #include "test_util.h"
 

@@ -4,7 +4,7 @@
 // states the values, and bad files are bad_input naming the file.
 // To add a case: write the arrays with write_arrays() (Python), open them with
 // load_array_source, and compare with what Python printed.
-#include "crucible/data/array_source.h"
+#include "crucible/data/formats/array_source.h"
 
 #include <gtest/gtest.h>
 
@@ -14,9 +14,9 @@
 #include <sstream>
 
 #include "crucible/core/error.h"
-#include "crucible/data/loader.h"
-#include "crucible/data/pipeline.h"
-#include "crucible/data/sampler.h"
+#include "crucible/data/loader/loader.h"
+#include "crucible/data/loader/pipeline.h"
+#include "crucible/data/samplers/sampler.h"
 #include "test_util.h"
 
 namespace crucible::data {

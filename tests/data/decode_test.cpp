@@ -2,7 +2,7 @@
 // for whole images, orientation and colour conversion; region and DCT-scaled decodes are checked
 // against the full decode. To add a case: write the file from Python with kPrelude's helpers
 // (pattern(), dump() writes PIL's RGB pixels to <path>.rgb), then compare with expect_close().
-#include "crucible/data/decode.h"
+#include "crucible/data/image/decode.h"
 
 #include <gtest/gtest.h>
 

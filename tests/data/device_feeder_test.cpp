@@ -1,7 +1,7 @@
 // D9: the device feeder hands out the loader's batches in the loader's order, pulls `ahead`
 // batches beyond the one handed out (fewer at an epoch's end), and converts them exactly as
 // DeviceInput does. The side stream itself runs on a GPU only (cuda_test.cpp); here the queue.
-#include "crucible/data/device_feeder.h"
+#include "crucible/data/loader/device_feeder.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // D4 / law 3: normalisation states its units and refuses numbers in the other unit; the
 // result equals (x/255 - mean)/std in the requested memory format.
-#include "crucible/data/device_input.h"
+#include "crucible/data/loader/device_input.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "crucible/data/global_sampler.h"
+#include "crucible/data/samplers/global_sampler.h"
 #include "test_util.h"
 
 namespace crucible::data {

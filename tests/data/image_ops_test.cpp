@@ -3,7 +3,7 @@
 // nearest and bilinear, with and without a fill, planar and interleaved, 1 and 3 channels, and
 // widths that leave a tail after the blocks of eight. (Both are compared with torchvision by
 // tests/python/test_transforms.py; this checks that the CPU's choice changes nothing.)
-#include "crucible/data/image_ops.h"
+#include "crucible/data/image/image_ops.h"
 
 #include <gtest/gtest.h>
 

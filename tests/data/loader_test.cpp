@@ -4,8 +4,8 @@
 // epoch runs on the same worker threads, and the thread count is chosen from measured rates.
 // To add a case: build a Loader over an InMemorySource (make_source) or a small fake
 // SamplePipeline that records or delays what it needs, and check the batches, never a timing.
-#include "crucible/data/loader.h"
-#include "crucible/data/repeated_sampler.h"
+#include "crucible/data/loader/loader.h"
+#include "crucible/data/samplers/repeated_sampler.h"
 
 #include <gtest/gtest.h>
 #include <sys/syscall.h>

@@ -1,7 +1,7 @@
 // The JPEG/PNG pipeline: batches identical for 1, 2 and 4 threads and across a mid-epoch
 // save/restore (law 1); caches change speed, never pixels (D1); BGR only when asked and
 // swapped exactly (D3); crops come out crop × crop; the open-file need is checked (D6).
-#include "crucible/data/pipeline.h"
+#include "crucible/data/loader/pipeline.h"
 
 #include <gtest/gtest.h>
 
@@ -11,10 +11,10 @@
 
 #include "crucible/core/error.h"
 #include "crucible/core/sha256.h"
-#include "crucible/data/augment.h"
-#include "crucible/data/loader.h"
-#include "crucible/data/sample_source.h"
-#include "crucible/data/sample_transform.h"
+#include "crucible/data/transforms/augment.h"
+#include "crucible/data/loader/loader.h"
+#include "crucible/data/formats/sample_source.h"
+#include "crucible/data/transforms/sample_transform.h"
 #include "test_util.h"
 
 namespace crucible::data {

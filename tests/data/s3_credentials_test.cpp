@@ -1,6 +1,6 @@
-// S3 credentials in the AWS tools' order (data/s3_credentials.h): the environment, then the
+// S3 credentials in the AWS tools' order (data/remote/s3_credentials.h): the environment, then the
 // shared credentials file at AWS_PROFILE's profile; a miss names every place looked at.
-#include "crucible/data/s3_credentials.h"
+#include "crucible/data/remote/s3_credentials.h"
 
 #include <gtest/gtest.h>
 

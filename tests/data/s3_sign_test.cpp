@@ -1,8 +1,8 @@
-// AWS Signature Version 4 (data/s3_sign.h) held to the worked example AWS publishes in the S3 API
+// AWS Signature Version 4 (data/remote/s3_sign.h) held to the worked example AWS publishes in the S3 API
 // reference ("Signature Calculations for the Authorization Header", example GET Object: the
 // first 10 bytes of examplebucket/test.txt, 20130524T000000Z, us-east-1, the documentation's
 // example keys): every intermediate string and the final signature, as the page prints them.
-#include "crucible/data/s3_sign.h"
+#include "crucible/data/remote/s3_sign.h"
 
 #include <gtest/gtest.h>
 

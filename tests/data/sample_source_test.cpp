@@ -4,7 +4,7 @@
 // data.train_samples / data.test_samples. To add a case: build the data in a test::TempDir
 // (Python/PIL for real images), open it with the source under test and compare bytes/labels
 // with what Python or the writer produced; for a new source also call expect_declared_descriptors.
-#include "crucible/data/sample_source.h"
+#include "crucible/data/formats/sample_source.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -27,9 +27,9 @@
 
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
-#include "crucible/data/decode.h"
-#include "crucible/data/pack.h"
-#include "crucible/data/shard_index.h"
+#include "crucible/data/image/decode.h"
+#include "crucible/data/formats/pack.h"
+#include "crucible/data/formats/shard_index.h"
 #include "crucible/io/idx.h"
 #include "crucible/data/data_setup.h"
 #include "test_util.h"

@@ -1,8 +1,8 @@
 // X1: the order of an epoch is a function of (seed, epoch) and equals what PyTorch's
 // DistributedSampler(num_replicas, rank, shuffle, seed, drop_last) yields after set_epoch —
 // and, for data.sampler = "repeated", what torchvision's RASampler yields.
-#include "crucible/data/sampler.h"
-#include "crucible/data/repeated_sampler.h"
+#include "crucible/data/samplers/sampler.h"
+#include "crucible/data/samplers/repeated_sampler.h"
 
 #include <gtest/gtest.h>
 

@@ -21,8 +21,8 @@
 #include "crucible/core/sha256.h"
 #include "crucible/data/data_config.h"
 #include "crucible/data/data_setup.h"
-#include "crucible/data/remote_source.h"
-#include "crucible/data/shard_cache.h"
+#include "crucible/data/remote/remote_source.h"
+#include "crucible/data/remote/shard_cache.h"
 #include "test_util.h"
 
 namespace crucible::data {

@@ -1,6 +1,6 @@
 // IDX sources: image and label files must agree; the real Fashion-MNIST files from Debian's
 // dataset-fashion-mnist load with the shapes and label counts NumPy sees.
-#include "crucible/data/source.h"
+#include "crucible/data/formats/source.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Transforms: RandomResizedCrop keeps torchvision's semantics (area and ratio ranges, the
 // deterministic fallback compared with torchvision itself), the resize matches PIL's
 // antialiased bilinear within rounding, and the flip mirrors rows.
-#include "crucible/data/transform.h"
+#include "crucible/data/transforms/transform.h"
 
 #include <gtest/gtest.h>
 

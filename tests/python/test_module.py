@@ -81,7 +81,7 @@ class ModuleTest(unittest.TestCase):
 
     def test_augment_options_set_the_keys_the_piece_declares(self):
         # augment_options takes torchvision's keywords; which data.* key each sets comes from the
-        # piece's own declaration (src/data/augment.cpp), so the two spellings give one pipeline.
+        # piece's own declaration (src/data/transforms/augment.cpp), so the two spellings give one pipeline.
         options = dict(num_ops=1, magnitude=5, num_magnitude_bins=11, fill=[10, 20, 30])
         by_keyword = digest(self.loader(augment="randaugment", augment_options=options))
         by_key = digest(self.loader(settings={

@@ -346,7 +346,7 @@ class AugMixAndQuarterTurnsTest(unittest.TestCase):
 
 class RandomSolarizeTest(unittest.TestCase):
     """data.solarize (issue 36): a sample transform whose settings are declared in its own file
-    (src/data/random_solarize.cpp), run through the training chain the loader runs. Where its
+    (src/data/transforms/random_solarize.cpp), run through the training chain the loader runs. Where its
     draw applies it, the pixels equal torchvision's RandomSolarize (v2 with p=1, or 0.14's
     functional.solarize); elsewhere the image is untouched; it applies on a p share of samples."""
 

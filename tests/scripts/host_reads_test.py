@@ -25,7 +25,7 @@ import source_scan  # noqa: E402
 
 READ = re.compile(r"\.item\s*[<(]|\.to\s*\(\s*(at|torch|c10)::kCPU|\.cpu\s*\(\s*\)|\bat::equal\s*\(")
 MARK = "outside the step"
-TRAINING_PATH = ("src/train/*.cpp", "src/nn/*.cpp", "src/distributed/*.cpp", "src/data/device_input.cpp",
+TRAINING_PATH = ("src/train/*.cpp", "src/nn/*.cpp", "src/distributed/*.cpp", "src/data/loader/device_input.cpp",
                  "src/core/compat*.cpp", "src/obs/phase_clock.cpp", "src/obs/layer_profile.cpp", "src/obs/histogram.cpp")
 NOT_TRAINING = {"src/train/evaluator.cpp", "src/train/gather.cpp", "src/core/host_read.cpp"}
 HOST_READ = "src/core/host_read.cpp"
@@ -66,8 +66,8 @@ PLANTS = [  # (the breach, its edits, what its one finding must say, or None for
             "src/nn/model.cpp:"),
     read_in(".cpu()", "src/distributed/grad_sync.cpp", "at::Tensor planted(const at::Tensor& t) { return t.cpu(); }",
             "src/distributed/grad_sync.cpp:"),
-    read_in("at::equal()", "src/data/device_input.cpp",
-            "bool planted(const at::Tensor& a) { return at::equal(a, a); }", "src/data/device_input.cpp:"),
+    read_in("at::equal()", "src/data/loader/device_input.cpp",
+            "bool planted(const at::Tensor& a) { return at::equal(a, a); }", "src/data/loader/device_input.cpp:"),
     read_in(".item()", "src/core/compat.cpp", "double planted(const at::Tensor& t) { return t.item().toDouble(); }",
             "src/core/compat.cpp:"),
     read_in(f"a read marked '{MARK}' on its line", "src/train/step.cpp",

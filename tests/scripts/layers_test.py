@@ -50,10 +50,10 @@ def violations(source):
 
 P = source_scan
 PLANTS = [  # (the breach, its edits, what its one finding must say, or None for none)
-    ("data includes train", P.append("src/data/sampler.cpp", '#include "crucible/train/job.h"'),
-     "src/data/sampler.cpp:"),
+    ("data includes train", P.append("src/data/samplers/sampler.cpp", '#include "crucible/train/job.h"'),
+     "src/data/samplers/sampler.cpp:"),
     ("a data header includes train in angle brackets",
-     P.append("include/crucible/data/sampler.h", "#include <crucible/train/job.h>"), "data includes train"),
+     P.append("include/crucible/data/samplers/sampler.h", "#include <crucible/train/job.h>"), "data includes train"),
     ("the loop includes a command", P.append("src/train/trainer.cpp", '#include "crucible/commands/tune.h"'),
      "train includes commands"),
     ("a file in a folder below a layer includes a lower layer",

@@ -48,7 +48,7 @@ TOPS = (*SCANNED, DOC)
 # NOT_IDS: the text of this tree that has an ID's form but is something else, with why; it is
 # blanked before the scan.
 NOT_IDS = [
-    (re.compile(r"\bFF D8 FF\b"), "the JPEG start-of-image bytes (include/crucible/data/decode.h)"),
+    (re.compile(r"\bFF D8 FF\b"), "the JPEG start-of-image bytes (include/crucible/data/image/decode.h)"),
     (re.compile(r"\bmean(?: \(C\))?, M2\b"), "M2 beside a mean: the sum of squared deviations of Chan's parallel "
      "variance (src/nn/batch_norm.cpp)"),
 ]

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "crucible/core/error.h"
-#include "crucible/data/sample_transform.h"
+#include "crucible/data/transforms/sample_transform.h"
 
 namespace crucible::test {
 

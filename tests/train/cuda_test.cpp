@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "crucible/core/compat.h"
-#include "crucible/data/device_feeder.h"
-#include "crucible/data/device_input.h"
+#include "crucible/data/loader/device_feeder.h"
+#include "crucible/data/loader/device_input.h"
 #include "crucible/train/checkpoint.h"
 #include "crucible/train/trainer.h"
 #include "test_util.h"

@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "crucible/data/device_input.h"
-#include "crucible/data/loader.h"
-#include "crucible/data/pipeline.h"
-#include "crucible/data/source.h"
+#include "crucible/data/loader/device_input.h"
+#include "crucible/data/loader/loader.h"
+#include "crucible/data/loader/pipeline.h"
+#include "crucible/data/formats/source.h"
 #include "crucible/distributed/comm.h"
 #include "crucible/distributed/launch.h"
 #include "crucible/nn/model.h"

@@ -17,7 +17,7 @@
 #include "crucible/core/compat.h"
 #include "crucible/core/memory.h"
 #include "crucible/core/rng.h"
-#include "crucible/data/repeated_sampler.h"
+#include "crucible/data/samplers/repeated_sampler.h"
 #include "crucible/train/evaluator.h"
 #include "crucible/train/job.h"
 #include "crucible/train/recipe.h"

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "crucible/core/config.h"
-#include "crucible/data/loader.h"
-#include "crucible/data/pipeline.h"
+#include "crucible/data/loader/loader.h"
+#include "crucible/data/loader/pipeline.h"
 
 namespace crucible::data {
 

@@ -16,9 +16,9 @@
 
 #include "crucible/core/registry.h"
 #include "crucible/data/data_config.h"
-#include "crucible/data/image.h"
-#include "crucible/data/sample_transform.h"
-#include "crucible/data/sampler.h"
+#include "crucible/data/image/image.h"
+#include "crucible/data/transforms/sample_transform.h"
+#include "crucible/data/samplers/sampler.h"
 
 namespace crucible::data {
 

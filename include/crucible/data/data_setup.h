@@ -8,9 +8,9 @@
 #include <memory>
 #include <string>
 
-#include "crucible/data/loader.h"
-#include "crucible/data/pipeline.h"
-#include "crucible/data/remote_source.h"
+#include "crucible/data/loader/loader.h"
+#include "crucible/data/loader/pipeline.h"
+#include "crucible/data/remote/remote_source.h"
 #include "crucible/data/data_config.h"
 
 namespace crucible::data {

@@ -13,7 +13,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "crucible/core/registry.h"
-#include "crucible/data/device_input.h"
+#include "crucible/data/loader/device_input.h"
 
 #include "crucible/nn/model_options.h"
 #include "crucible/nn/named_tensor.h"

@@ -22,7 +22,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
-#include "crucible/data/device_input.h"
+#include "crucible/data/loader/device_input.h"
 #include "crucible/train/job_config.h"
 #include "crucible/train/optimizer.h"  // NamedTensor
 #include "crucible/train/precision.h"

@@ -10,7 +10,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "crucible/core/host_read.h"
-#include "crucible/data/io_stats.h"
+#include "crucible/data/loader/io_stats.h"
 #include "crucible/obs/breakdown.h"
 #include "crucible/train/step_observer.h"
 #include "crucible/train/trainer.h"

@@ -1,0 +1,95 @@
+// Sources of encoded samples, random access by index (D1, D6, D11): an image folder with
+// torchvision ImageFolder semantics, WebDataset-style tar shards, an LMDB database, and
+// crucible's own packed shards, and an evenly spaced subset of any of them. A sample is its
+// stored bytes (JPEG, PNG or raw pixels) plus its label and a name for reports (D5).
+// Thread-safe: get() may be called from many threads. Torch-free.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace crucible::data {
+
+struct EncodedSample {
+  const uint8_t* data = nullptr;  // valid while `hold` lives
+  size_t size = 0;
+  std::shared_ptr<const void> hold;
+  int64_t label = -1;
+  std::string name;  // file path, "shard.tar:key", LMDB key: what a report names
+};
+
+// What reading remote shards cost so far (remote_source.h): HTTP requests and retries, bytes,
+// and the node's shard cache.
+struct RemoteIo {
+  int64_t requests = 0, retries = 0, bytes = 0;
+  int64_t downloads = 0, hits = 0, evictions = 0, failed_checks = 0;
+  int64_t cache_used_bytes = 0, cache_max_bytes = 0;
+  std::string cache_dir;
+  std::string credentials;  // where S3 credentials came from; empty for HTTP(S)
+  std::string line() const;  // one line for the log
+};
+
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  virtual int64_t size() const = 0;
+  // The sample at `index` (0 <= index < size()). Throws crucible::Error naming the sample when
+  // it cannot be read (missing file, I/O error); decoding is the caller's business.
+  virtual EncodedSample get(int64_t index) const = 0;
+  // Class names by label (ImageFolder: the sorted sub-folder names).
+  virtual const std::vector<std::string>& classes() const = 0;
+  virtual std::string describe() const = 0;
+  // D6: file descriptors held open for the source's lifetime, and opened (then closed) by one
+  // get() call; the loader checks threads × per_read + held against `ulimit -n`.
+  virtual int files_held() const { return 0; }
+  virtual int files_per_read() const { return 0; }
+  // Sharded sources: the number of samples in each shard, in index order (shard 0 holds indices
+  // 0 … counts[0]-1, and so on); empty when the source is not sharded. The global order's
+  // shuffle window (global_sampler.h) works in these.
+  virtual std::vector<int64_t> shard_counts() const { return {}; }
+  // The indices this process will read next, in order (the loader's epoch order from where it
+  // starts): a remote source fetches their shards ahead on its I/O threads. Replaces the last plan.
+  virtual void plan(const std::vector<int64_t>& upcoming) const {}
+  // Remote reads so far (D11), false for local data.
+  virtual bool remote_io(RemoteIo* out) const { return false; }
+};
+
+// A folder with one sub-folder per class; classes and files in sorted (byte) order, so labels
+// equal torchvision's ImageFolder. Files with torchvision's IMG_EXTENSIONS (.jpg .jpeg .png
+// .ppm .bmp .pgm .tif .tiff .webp, any case) are samples; others are ignored.
+std::unique_ptr<SampleSource> open_image_folder(const std::string& root);
+
+// WebDataset tar shards: consecutive members sharing a key (path up to the first '.' of the
+// base name) form a sample; its image is the member with extension jpg/jpeg/png, its label the
+// member cls/cls.txt/label/label.txt (a decimal integer). Random access through an offset
+// index built on open, or read from "<shard>.idx" beside the shard when it matches. A built
+// index is written there with the shard's SHA-256 (what a remote copy is verified by); an old
+// one without the hash is rewritten with it where the folder takes writes.
+std::unique_ptr<SampleSource> open_tar_shards(const std::vector<std::string>& shards);
+
+// An LMDB environment (a folder holding data.mdb) whose values are u32 LE label followed by
+// the encoded image, in key order; an optional "__classes__" key holds a JSON list of names.
+std::unique_ptr<SampleSource> open_lmdb(const std::string& path);
+
+// crucible's packed shards (see data/formats/pack.h): "<dst>/index.crpk" and its shard files, mapped.
+std::unique_ptr<SampleSource> open_packed(const std::string& index_path);
+
+// `n` samples of `base` spread evenly over it: sample i is base's sample i × size / n, so a
+// source ordered by class (an image folder) keeps every class in proportion, and the subset is
+// the same on every run. Forwards classes(), files_held() and files_per_read(); describe()
+// names the subset. Throws bad_input naming both numbers when n < 1 or n > base->size().
+std::unique_ptr<SampleSource> subset_evenly(std::shared_ptr<const SampleSource> base, int64_t n);
+
+// The paths a shard list names: comma-separated parts, each expanded like WebDataset's
+// braceexpand ("s3://b/train-{000000..000127}.tar"). bad_input for a malformed pattern.
+std::vector<std::string> expand_shard_list(const std::string& list);
+
+// Detects what `path` is — an image folder, an LMDB folder, a tar shard (or a comma-separated
+// list / brace pattern "train-{000000..000009}.tar"), a packed index (file or folder holding
+// index.crpk) — and opens it. Throws bad_input saying what was found.
+std::unique_ptr<SampleSource> open_samples(const std::string& path);
+
+}  // namespace crucible::data
