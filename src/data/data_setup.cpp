@@ -2,6 +2,7 @@
 #include "crucible/data/data_setup.h"
 
 #include <filesystem>
+#include <stdexcept>
 
 #include <fmt/ranges.h>
 
@@ -105,29 +106,91 @@ DataSetup make_array_data(const DataConfig& c, uint64_t augment_seed) {
   return d;
 }
 
-// eval and predict: the test split alone, through the pipeline training evaluates with.
-DataSetup make_test_data(const DataConfig& c) {
-  DataSetup d;
-  if (c.dataset == DataConfig::Dataset::kIdx) {
-    std::shared_ptr<const data::Source> test =
-        data::load_idx_source(c.test_images, c.test_labels, c.test_samples, "data.test_samples");
-    d.num_classes = test->num_classes();
-    d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
-  } else if (c.dataset == DataConfig::Dataset::kArrays) {
-    std::shared_ptr<const data::ArraySource> test =
-        data::load_array_source(c.test_images, c.test_labels, c.test_samples, "data.test_samples");
-    if (!test->features_mapped()) log_warn("data (D13): {}: {}", test->features_where(), test->features_note());
-    d.num_classes = test->num_classes();
-    d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
-  } else {
-    if (c.test_path.empty()) throw bad_input("data.dataset = \"images\" needs data.test_path (the samples to evaluate)");
-    std::shared_ptr<const data::SampleSource> test =
-        take_samples(open_data_path(c.test_path, c, false), c.test_samples, "data.test_samples", c.test_path);
-    d.num_classes = static_cast<int64_t>(test->classes().size());
-    d.test = image_pipeline(test, c, 0, false);
+// data.dataset = "idx": an IDX pair per split, held in RAM.
+DataSetup make_idx_data(const DataConfig& c, uint64_t augment_seed) {
+  std::shared_ptr<const data::Source> train =
+      data::load_idx_source(c.train_images, c.train_labels, c.train_samples, "data.train_samples");
+  std::shared_ptr<const data::Source> test =
+      data::load_idx_source(c.test_images, c.test_labels, c.test_samples, "data.test_samples");
+  const data::ImageSpec a = train->spec(), b = test->spec();
+  if (a.height != b.height || a.width != b.width || a.channels != b.channels) {
+    throw bad_input("training images are {} but test images are {}", a.to_string(), b.to_string());
   }
+  DataSetup d;
+  d.num_classes = std::max(train->num_classes(), test->num_classes());
+  d.train = std::make_shared<data::ArrayPipeline>(train, training_transforms(c, a), augment_seed);
+  d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
+  return d;
+}
+
+// data.dataset = "images": encoded samples from a path (sample_source.h: open_samples) or URL.
+DataSetup make_image_data(const DataConfig& c, uint64_t augment_seed) {
+  if (c.train_path.empty() || c.test_path.empty()) {
+    throw bad_input("data.dataset = \"images\" needs data.train_path and data.test_path");
+  }
+  std::shared_ptr<const data::SampleSource> train = open_data_path(c.train_path, c, true);
+  std::shared_ptr<const data::SampleSource> test = open_data_path(c.test_path, c, false);
+  if (train->size() == 0) throw bad_input("{}: no samples", c.train_path);
+  train = take_samples(std::move(train), c.train_samples, "data.train_samples", c.train_path);
+  test = take_samples(std::move(test), c.test_samples, "data.test_samples", c.test_path);
+  DataSetup d;
+  d.num_classes = static_cast<int64_t>(std::max(train->classes().size(), test->classes().size()));
+  d.train = image_pipeline(train, c, augment_seed, true);
+  d.test = image_pipeline(test, c, 0, false);
+  return d;
+}
+
+// eval and predict: the test split alone, through the pipeline training evaluates with.
+DataSetup make_idx_test(const DataConfig& c) {
+  DataSetup d;
+  std::shared_ptr<const data::Source> test =
+      data::load_idx_source(c.test_images, c.test_labels, c.test_samples, "data.test_samples");
+  d.num_classes = test->num_classes();
+  d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
   d.train = d.test;
   return d;
+}
+
+DataSetup make_array_test(const DataConfig& c) {
+  DataSetup d;
+  std::shared_ptr<const data::ArraySource> test =
+      data::load_array_source(c.test_images, c.test_labels, c.test_samples, "data.test_samples");
+  if (!test->features_mapped()) log_warn("data (D13): {}: {}", test->features_where(), test->features_note());
+  d.num_classes = test->num_classes();
+  d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
+  d.train = d.test;
+  return d;
+}
+
+DataSetup make_image_test(const DataConfig& c) {
+  if (c.test_path.empty()) throw bad_input("data.dataset = \"images\" needs data.test_path (the samples to evaluate)");
+  std::shared_ptr<const data::SampleSource> test =
+      take_samples(open_data_path(c.test_path, c, false), c.test_samples, "data.test_samples", c.test_path);
+  DataSetup d;
+  d.num_classes = static_cast<int64_t>(test->classes().size());
+  d.test = image_pipeline(test, c, 0, false);
+  d.train = d.test;
+  return d;
+}
+
+// A value of data.dataset: its training and test pipelines, and its test split alone (eval and
+// predict). A new kind is its two functions and an entry here.
+struct DatasetKind {
+  DataConfig::Dataset kind;
+  DataSetup (*make)(const DataConfig& c, uint64_t augment_seed);
+  DataSetup (*make_test)(const DataConfig& c);
+};
+
+const DatasetKind& dataset_kind(DataConfig::Dataset kind) {
+  static const DatasetKind kinds[] = {
+      {DataConfig::Dataset::kIdx, make_idx_data, make_idx_test},
+      {DataConfig::Dataset::kArrays, make_array_data, make_array_test},
+      {DataConfig::Dataset::kImages, make_image_data, make_image_test},
+  };
+  for (const DatasetKind& k : kinds) {
+    if (k.kind == kind) return k;
+  }
+  throw std::logic_error("data.dataset: a kind without its entry in data_setup.cpp's dataset_kind()");
 }
 
 }  // namespace
@@ -173,35 +236,8 @@ std::unique_ptr<SampleSource> open_data_path(const std::string& path, const Data
 }
 
 DataSetup make_data(const DataConfig& c, uint64_t augment_seed, bool test_only) {
-  if (test_only) return make_test_data(c);
-  DataSetup d;
-  if (c.dataset == DataConfig::Dataset::kIdx) {
-    std::shared_ptr<const data::Source> train = data::load_idx_source(c.train_images, c.train_labels,
-                                                                      c.train_samples, "data.train_samples");
-    std::shared_ptr<const data::Source> test =
-        data::load_idx_source(c.test_images, c.test_labels, c.test_samples, "data.test_samples");
-    const data::ImageSpec a = train->spec(), b = test->spec();
-    if (a.height != b.height || a.width != b.width || a.channels != b.channels) {
-      throw bad_input("training images are {} but test images are {}", a.to_string(), b.to_string());
-    }
-    d.num_classes = std::max(train->num_classes(), test->num_classes());
-    d.train = std::make_shared<data::ArrayPipeline>(train, training_transforms(c, a), augment_seed);
-    d.test = std::make_shared<data::ArrayPipeline>(test, data::SampleTransforms{}, 0);
-    return d;
-  }
-  if (c.dataset == DataConfig::Dataset::kArrays) return make_array_data(c, augment_seed);
-  if (c.train_path.empty() || c.test_path.empty()) {
-    throw bad_input("data.dataset = \"images\" needs data.train_path and data.test_path");
-  }
-  std::shared_ptr<const data::SampleSource> train = open_data_path(c.train_path, c, true);
-  std::shared_ptr<const data::SampleSource> test = open_data_path(c.test_path, c, false);
-  if (train->size() == 0) throw bad_input("{}: no samples", c.train_path);
-  train = take_samples(std::move(train), c.train_samples, "data.train_samples", c.train_path);
-  test = take_samples(std::move(test), c.test_samples, "data.test_samples", c.test_path);
-  d.num_classes = static_cast<int64_t>(std::max(train->classes().size(), test->classes().size()));
-  d.train = image_pipeline(train, c, augment_seed, true);
-  d.test = image_pipeline(test, c, 0, false);
-  return d;
+  const DatasetKind& kind = dataset_kind(c.dataset);
+  return test_only ? kind.make_test(c) : kind.make(c, augment_seed);
 }
 
 std::shared_ptr<const data::SamplePipeline> make_pipeline_for_path(const std::string& path, const DataConfig& c,
