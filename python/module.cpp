@@ -5,6 +5,7 @@
 // freed. So one build serves any torch the Python has (1.13 and 2.x alike) and links no
 // libtorch. The Python half (python/crucible/__init__.py) wraps these in torch.Tensors.
 #include <pybind11/pybind11.h>
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #if __has_include(<dlpack/dlpack.h>) && !defined(CRUCIBLE_TORCH_DLPACK)
@@ -15,9 +16,10 @@
 #include <fmt/format.h>
 
 #include <cstdint>
-#include <map>
+#include <array>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -29,6 +31,7 @@
 #include "crucible/core/thread_pool.h"
 #include "crucible/data/formats/array_source.h"
 #include "crucible/data/transforms/augment.h"
+#include "crucible/data/transforms/detection_presets.h"
 #include "crucible/data/transforms/batch_draws.h"
 #include "crucible/data/image/image_ops.h"
 #include "crucible/data/loader/loader.h"
@@ -40,6 +43,7 @@
 #include "crucible/data/data_recipe.h"
 #include "crucible/data/data_setup.h"
 #include "crucible/data/data_settings.h"
+#include "crucible/data/samplers/grouped_sampler.h"
 
 namespace py = pybind11;
 
@@ -217,7 +221,8 @@ class NativeLoader {
     l->pipeline_ = data::make_pipeline_for_path(a.source, l->config_, l->augment_seed(), a.train);
     data::LoaderUse use;
     use.train = use.transforms = use.order = a.train;
-    use.images = dynamic_cast<const data::ImagePipeline*>(l->pipeline_.get()) != nullptr;
+    use.images = dynamic_cast<const data::ImagePipeline*>(l->pipeline_.get()) != nullptr || l->pipeline_->detection();
+    use.detection = l->pipeline_->detection();
     use.remote = data::is_remote_path(a.source);
     use.eval_switch = "train=False";
     l->start_loader(use);
@@ -264,7 +269,10 @@ class NativeLoader {
   std::string threads_report() const { return threads_report_; }
   int prefetch() const { return prefetch_; }
   // Bytes of a full batch's images (the size of a buffer to give).
+  // 0 for detection, whose batches take the size of their images (their memory is the heap's).
   int64_t batch_bytes() const { return args_.batch_size * pipeline_->output_spec().bytes(); }
+  std::vector<int64_t> category_ids() const { return pipeline_->category_ids(); }
+  std::vector<std::string> class_names() const { return pipeline_->class_names(); }
 
   // A buffer of `capacity` bytes at `address` for a batch; `id` names it in next() and released().
   void give(uintptr_t address, int64_t capacity, int64_t id) {
@@ -310,7 +318,17 @@ class NativeLoader {
     py::list skipped;
     for (const auto& name : batch->skipped) skipped.append(name);
     const int64_t buffer = given_ ? given_->id_of(batch->pixels.data()) : -1;
-    return py::make_tuple(images, labels, batch->index, skipped, buffer);
+    if (!batch->detection) return py::make_tuple(images, labels, batch->index, skipped, buffer);
+    // Detection: each image's size, its id, and the boxes packed with per-image offsets.
+    const auto total = static_cast<int64_t>(batch->box_labels.size());
+    py::dict det;
+    det["sizes"] = to_capsule(batch->image_sizes.data(), io::DType::kI64, {n, 2}, {2, 1}, batch, "image sizes");
+    det["image_ids"] = to_capsule(batch->image_ids.data(), io::DType::kI64, {n}, {1}, batch, "image ids");
+    det["boxes"] = to_capsule(batch->boxes.data(), io::DType::kF32, {total, 4}, {4, 1}, batch, "boxes");
+    det["labels"] = to_capsule(batch->box_labels.data(), io::DType::kI64, {total}, {1}, batch, "box labels");
+    det["iscrowd"] = to_capsule(batch->box_crowd.data(), io::DType::kU8, {total}, {1}, batch, "box crowd flags");
+    det["offsets"] = to_capsule(batch->box_offsets.data(), io::DType::kI64, {n + 1}, {1}, batch, "box offsets");
+    return py::make_tuple(images, labels, batch->index, skipped, buffer, det);
   }
 
  private:
@@ -344,6 +362,7 @@ class NativeLoader {
       order.batch = args_.batch_size;
       order.shard_counts = pipeline_->shard_counts();
       order.remote = data::is_remote_path(args_.source);
+      order.aspect_ratios = data::aspect_ratios_of(*pipeline_);  // detection: batches grouped by aspect ratio
       sampler_ = data::make_training_sampler(config_, order);
     } else {
       sampler_ = std::make_shared<const data::DistributedSampler>(pipeline_->size(), false, seed, shard);
@@ -447,6 +466,65 @@ data::ImageRef chw_image(py::buffer& buffer, py::buffer_info& info) {
   }
   return data::ImageRef{static_cast<uint8_t*>(info.ptr), static_cast<int>(w), static_cast<int>(h), static_cast<int>(c),
                         /*planar=*/true};
+}
+
+// A detection sample from a uint8 [channels, height, width] array, [n, 4] float32 XYXY boxes and
+// n labels (for the tests that hold the detection transforms to torchvision's).
+data::DetectionImage detection_sample(py::buffer image, const std::vector<std::array<float, 4>>& boxes,
+                                      const std::vector<int64_t>& labels) {
+  py::buffer_info info;
+  const data::ImageRef chw = chw_image(image, info);
+  if (labels.size() != boxes.size()) throw bad_input("detection sample: {} boxes but {} labels", boxes.size(), labels.size());
+  data::DetectionImage s;
+  s.width = chw.width, s.height = chw.height, s.channels = chw.channels;
+  s.pixels.resize(static_cast<size_t>(s.width) * s.height * s.channels);
+  const size_t plane = static_cast<size_t>(s.width) * s.height;
+  for (size_t i = 0; i < plane; ++i) {
+    for (int c = 0; c < s.channels; ++c) s.pixels[i * s.channels + c] = chw.pixels[c * plane + i];
+  }
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    s.boxes.add(boxes[i][0], boxes[i][1], boxes[i][2], boxes[i][3], labels[i], false, static_cast<int64_t>(i));
+  }
+  return s;
+}
+
+// (image [C, H, W] uint8, boxes [[x1, y1, x2, y2]], labels, ids: which input box each is) of a sample.
+py::tuple detection_result(const data::DetectionImage& s) {
+  py::array_t<uint8_t> image({s.channels, s.height, s.width});
+  auto out = image.mutable_unchecked<3>();
+  for (int y = 0; y < s.height; ++y) {
+    for (int x = 0; x < s.width; ++x) {
+      for (int c = 0; c < s.channels; ++c) out(c, y, x) = s.pixels[(static_cast<size_t>(y) * s.width + x) * s.channels + c];
+    }
+  }
+  std::vector<std::array<float, 4>> boxes(s.boxes.size());
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    for (int k = 0; k < 4; ++k) boxes[i][k] = s.boxes.xyxy[4 * i + k];
+  }
+  return py::make_tuple(image, boxes, s.boxes.labels, s.boxes.ids);
+}
+
+// One detection transform's operation with the given parameters (detection_op_registry).
+py::tuple detection_op(py::buffer image, const std::vector<std::array<float, 4>>& boxes,
+                       const std::vector<int64_t>& labels, const std::string& op, const data::DetectionParams& params) {
+  data::DetectionImage s = detection_sample(std::move(image), boxes, labels);
+  const data::DetectionOp& o = data::detection_op_registry().get(op, "detection op").factory;
+  {
+    py::gil_scoped_release release;
+    o.apply(s, params);
+  }
+  return detection_result(s);
+}
+
+// The draws one detection transform makes for sample (seed, epoch, index) of this image and boxes.
+data::DetectionParams detection_draw(const std::string& op, uint64_t seed, uint64_t epoch, uint64_t index,
+                                     py::buffer image, const std::vector<std::array<float, 4>>& boxes,
+                                     const std::vector<int64_t>& labels, const data::DetectionParams& settings) {
+  const data::DetectionImage s = detection_sample(std::move(image), boxes, labels);
+  const data::DetectionOp& o = data::detection_op_registry().get(op, "detection op").factory;
+  if (!o.draw) throw bad_input("detection op {} draws nothing", op);
+  SampleRng rng(seed, epoch, index);
+  return o.draw(s, rng, settings);
 }
 
 data::ops::Fill make_fill(const std::vector<double>& values, int channels) {
@@ -652,6 +730,41 @@ py::tuple mix_draw(uint64_t seed, int64_t step, int64_t rank, double mixup_alpha
                         py::make_tuple(d.box.rx, d.box.ry));
 }
 
+// Batches grouped by aspect ratio (grouped_sampler.h), for tests/python/test_detection_grouping.py:
+// over `base_order` when given (GroupedBatchSampler over that list: "order", "group_ids", "bins"),
+// else the training order data.sampler gives (seed, epoch, rank of num_replicas, batch_size) with
+// data.aspect_ratio_group_factor = factor, built as training builds it (-1: the sampler's own
+// order): "order", "copies", "describe", and for grouped batches "group_ids" and "bins".
+py::dict grouped_batches(const std::vector<double>& aspect_ratios, int64_t factor, int64_t batch_size,
+                         const std::optional<std::vector<int64_t>>& base_order, const std::string& sampler,
+                         uint64_t seed, int64_t epoch, int64_t num_replicas, int64_t rank) {
+  py::dict out;
+  if (base_order) {
+    const std::vector<int64_t> groups = data::aspect_ratio_groups(aspect_ratios, factor);
+    std::vector<int64_t> order = data::grouped_positions(*base_order, groups, batch_size);
+    for (int64_t& p : order) p = (*base_order)[static_cast<size_t>(p)];
+    out["order"] = order;
+    out["group_ids"] = groups;
+    out["bins"] = data::aspect_ratio_bins(factor);
+    return out;
+  }
+  data::DataSettings settings("grouped_batches", "settings");
+  settings.set("data.sampler=" + sampler);
+  settings.set(fmt::format("data.aspect_ratio_group_factor={}", factor));
+  data::SamplerBuild build(static_cast<int64_t>(aspect_ratios.size()), seed, {num_replicas, rank, false});
+  build.batch = batch_size;
+  build.aspect_ratios = aspect_ratios;
+  const auto s = data::make_training_sampler(settings.data(), build);
+  out["order"] = s->epoch_order(epoch);
+  out["copies"] = s->epoch_copies(epoch);
+  out["describe"] = s->describe();
+  if (const auto* g = dynamic_cast<const data::GroupedBatchSampler*>(s.get())) {
+    out["group_ids"] = g->group_ids();
+    out["bins"] = data::aspect_ratio_bins(factor);
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace crucible::python
 
@@ -703,12 +816,34 @@ PYBIND11_MODULE(_native, m) {
       .def("threads_report", &NativeLoader::threads_report)
       .def("prefetch", &NativeLoader::prefetch)
       .def("batch_bytes", &NativeLoader::batch_bytes)
+      .def("category_ids", &NativeLoader::category_ids)
+      .def("class_names", &NativeLoader::class_names)
       .def("give", &NativeLoader::give)
       .def("free_buffers", &NativeLoader::free_buffers)
       .def("released", &NativeLoader::released)
       .def("start", &NativeLoader::start)
       .def("next", &NativeLoader::next);
 
+  m.def("detection_op", &detection_op,
+        "one detection transform's operation on (uint8 [C, H, W], boxes, labels) given its parameters: "
+        "(image, boxes, labels, ids of the kept input boxes)");
+  m.def("detection_draw", &detection_draw, "the draws a detection transform makes for sample (seed, epoch, index)");
+  m.def("detection_ops", [] { return data::detection_op_registry().names(); }, "the detection operations by name");
+  m.def(
+      "detection_keys",
+      [] {
+        data::DetectionSettings d;
+        ConfigSchema s;
+        declare_settings(s, d);
+        std::vector<std::string> out;
+        for (const ConfigKey* k : s.keys()) out.push_back(k->full_name());
+        return out;
+      },
+      "the [data] keys of detection data (detection_presets.h), which only a detection loader applies");
+  m.def("grouped_batches", &grouped_batches, py::arg("aspect_ratios"), py::arg("factor"), py::arg("batch_size"),
+        py::arg("base_order") = py::none(), py::arg("sampler") = "distributed", py::arg("seed") = 0,
+        py::arg("epoch") = 0, py::arg("num_replicas") = 1, py::arg("rank") = 0,
+        "batches grouped by aspect ratio (GroupedBatchSampler) over a given order or data.sampler's, concatenated");
   m.def("image_op", &image_op, "one torchvision functional operation on a uint8 [C, H, W] array, in place");
   m.def("augment_magnitude", &augment_magnitude, "an operation's magnitude at a bin of a policy's space");
   m.def("augment_plan", &augment_plan, "the operations a policy draws for one sample");

@@ -37,6 +37,24 @@ def _tensor(capsule):
     return _dlpack.from_dlpack(capsule)
 
 
+def _detection_batch(images, det, channels_last):
+    """A detection batch as torchvision's detection models take one: the images, each a view of
+    its own [C, h, w] (or [h, w, C]) inside the padded batch (no copy), and a target dict per
+    image: boxes ([n, 4] float32, XYXY pixels), labels ([n] int64, 0 … classes-1), iscrowd and
+    image_id."""
+    sizes = _tensor(det["sizes"]).tolist()
+    offsets = _tensor(det["offsets"]).tolist()
+    boxes, labels = _tensor(det["boxes"]), _tensor(det["labels"])
+    crowd, ids = _tensor(det["iscrowd"]), _tensor(det["image_ids"]).tolist()
+    views, targets = [], []
+    for i, (h, w) in enumerate(sizes):
+        views.append(images[i, :h, :w, :] if channels_last else images[i, :, :h, :w])
+        a, b = offsets[i], offsets[i + 1]
+        targets.append({"boxes": boxes[a:b], "labels": labels[a:b], "iscrowd": crowd[a:b].to(torch.int64),
+                        "image_id": ids[i]})
+    return views, targets
+
+
 def _distributed():
     """(rank, world_size) of torch.distributed when it is initialised, else (0, 1)."""
     import torch.distributed as dist
@@ -157,6 +175,16 @@ class _Loader:
     def threads(self):
         return self._native.threads()
 
+    @property
+    def classes(self):
+        """The class names by label, where the data name them (detection sets: COCO's categories, YOLO's classes.txt)."""
+        return self._native.class_names()
+
+    @property
+    def category_ids(self):
+        """Detection: each label's id in the source (COCO's category_id, which predictions are written back in)."""
+        return self._native.category_ids()
+
     def describe(self):
         """One line on what is read: the source (its shards, remote or local), the samples, the pipeline."""
         return self._native.describe()
@@ -199,10 +227,14 @@ class _Loader:
             got = self._native.next()
             if got is None:
                 break
-            images, labels, index, skipped, buffer = got
+            images, labels, index, skipped, buffer = got[:5]
             self._position = (e, index + 1)
             self.skipped.extend(skipped)
-            yield self._images(self._arrived(_tensor(images), buffer)), _tensor(labels)
+            images = self._images(self._arrived(_tensor(images), buffer))
+            if len(got) == 6:
+                yield _detection_batch(images, got[5], channels_last=self.layout == "NHWC")
+            else:
+                yield images, _tensor(labels)
         self._position = None
         self.epoch = e + 1
 
@@ -214,6 +246,8 @@ class _Loader:
         for i in n.released():   # buffers of batches dropped unseen (an epoch restarted)
             self._buffers.pop(i, None)
         nbytes = n.batch_bytes()
+        if nbytes == 0:          # detection: batches as large as their images, on the heap
+            return
         for _ in range(n.prefetch() + 1 - n.free_buffers()):
             t = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pin_memory)
             self._next_id += 1
@@ -267,6 +301,12 @@ class ImageLoader(_Loader):
     "data.cache_bytes", "data.s3_endpoint", … as for `crucible train`; credentials as the AWS tools find
     them). Training order: data.sampler ("auto": the global order, shard windows, for URLs; PyTorch's
     DistributedSampler for local data).
+
+    Detection (settings={"data.dataset": "detection"}, source a COCO instances .json or a YOLO
+    images folder): batches are (images, targets) as torchvision's detection models take them:
+    each image a view of its own size inside the padded batch, each target a dict of "boxes"
+    ([n, 4] float32 XYXY pixels), "labels" (int64, 0 … classes-1), "iscrowd" and "image_id";
+    training runs data.detection_preset's transforms (torchvision's references presets).
 
     Training (train=True): RandomResizedCrop to `crop` and a horizontal flip, shuffled each epoch;
     evaluation: resize and centre crop, in order (crop=None: data.crop, 224 unless settings give

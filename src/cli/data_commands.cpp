@@ -25,6 +25,7 @@
 #include "crucible/data/data_recipe.h"
 #include "crucible/data/data_setup.h"
 #include "crucible/data/data_settings.h"
+#include "crucible/data/samplers/grouped_sampler.h"
 
 namespace crucible::cli {
 
@@ -147,7 +148,8 @@ std::unique_ptr<data::DataSettings> bench_loader_settings(const BenchLoaderArgs&
 // what it reads.
 std::shared_ptr<const data::SamplePipeline> bench_loader_pipeline(const BenchLoaderArgs& a, const data::DataConfig& c,
                                                                   uint64_t seed, std::string* path) {
-  if (!a.data.empty() || c.dataset == data::DataConfig::Dataset::kImages) {
+  if (!a.data.empty() || c.dataset == data::DataConfig::Dataset::kImages ||
+      c.dataset == data::DataConfig::Dataset::kDetection) {
     *path = !a.data.empty() ? a.data : a.eval ? c.test_path : c.train_path;
     if (path->empty()) {
       throw bad_input("bench loader: give --data PATH, or data.{} with data.dataset = \"images\"",
@@ -164,7 +166,8 @@ nlohmann::ordered_json say_not_applied(const BenchLoaderArgs& a, const data::Dat
                                        const data::SamplePipeline& pipeline, const std::string& path) {
   data::LoaderUse use;
   use.train = use.transforms = use.order = !a.eval;
-  use.images = dynamic_cast<const data::ImagePipeline*>(&pipeline) != nullptr;
+  use.images = dynamic_cast<const data::ImagePipeline*>(&pipeline) != nullptr || pipeline.detection();
+  use.detection = pipeline.detection();
   use.remote = data::is_remote_path(path);
   use.eval_switch = "--eval";
   use.normalisation = "normalisation's: the loader delivers uint8 pixels, which training normalises on the device "
@@ -190,6 +193,7 @@ std::shared_ptr<const data::Sampler> bench_loader_sampler(const BenchLoaderArgs&
   order.batch = a.batch_size;
   order.shard_counts = pipeline.shard_counts();
   order.remote = remote;
+  order.aspect_ratios = data::aspect_ratios_of(pipeline);  // detection: batches grouped by aspect ratio
   return data::make_training_sampler(config, order);
 }
 

@@ -98,7 +98,11 @@ Produced produce_for(const data::SamplePipeline& p, double seconds) {
   const int64_t offered = p.cache_offered_bytes();
   const auto t0 = Clock::now();
   while ((r.seconds = seconds_since(t0)) < seconds && r.samples < p.size()) {
-    p.produce(r.samples, 0, sample.data());
+    if (p.detection()) {
+      p.produce_detection(r.samples, 0, nullptr);
+    } else {
+      p.produce(r.samples, 0, sample.data());
+    }
     ++r.samples;
   }
   r.seconds = seconds_since(t0);

@@ -1,10 +1,9 @@
 // `crucible preview` (commands/preview.h): the training pipeline and the recipe's batch
-// transforms, as the trainer runs them, to a PNG grid. The digits under the tiles come from a
-// hand-written 3×5 bitmap font (ten digits and '+': no font package is worth a dependency here).
+// transforms, as the trainer runs them, to a PNG grid (preview_draw.h draws the text and writes
+// the PNG; preview_detection.cpp draws a detection set's boxes).
 #include "crucible/commands/preview.h"
 
 #include <ATen/ATen.h>
-#include <spng.h>
 
 #include <algorithm>
 #include <array>
@@ -31,67 +30,10 @@
 #include "crucible/train/recipe.h"
 #include "crucible/train/session.h"
 #include "crucible/train/step.h"
+#include "preview_draw.h"
 
 namespace crucible::commands {
 namespace {
-
-// 3×5 glyphs, one row per 3 bits (bit 2 = left): 0–9, then '+'.
-constexpr std::array<std::array<uint8_t, 5>, 11> kGlyphs = {{
-    {7, 5, 5, 5, 7}, {2, 6, 2, 2, 7}, {7, 1, 7, 4, 7}, {7, 1, 7, 1, 7}, {5, 5, 7, 1, 1}, {7, 4, 7, 1, 7},
-    {7, 4, 7, 5, 7}, {7, 1, 1, 1, 1}, {7, 5, 7, 5, 7}, {7, 5, 7, 1, 7}, {0, 2, 7, 2, 0},
-}};
-
-// Draws `text` (digits and '+') in white at (x, y) of an RGB image `width` pixels wide, each
-// font pixel `scale` × `scale`; characters past `max_x` are left out.
-void draw_text(std::vector<uint8_t>& rgb, int64_t width, int64_t x, int64_t y, const std::string& text, int scale,
-               int64_t max_x) {
-  for (char ch : text) {
-    const int g = ch == '+' ? 10 : ch - '0';
-    if (g < 0 || g > 10) continue;
-    if (x + 3 * scale > max_x) return;
-    for (int row = 0; row < 5; ++row) {
-      for (int col = 0; col < 3; ++col) {
-        if (((kGlyphs[static_cast<size_t>(g)][static_cast<size_t>(row)] >> (2 - col)) & 1) == 0) continue;
-        for (int dy = 0; dy < scale; ++dy) {
-          for (int dx = 0; dx < scale; ++dx) {
-            const size_t at = static_cast<size_t>(((y + row * scale + dy) * width + x + col * scale + dx) * 3);
-            rgb[at] = rgb[at + 1] = rgb[at + 2] = 255;
-          }
-        }
-      }
-    }
-    x += 4 * scale;
-  }
-}
-
-std::string encode_png(const std::vector<uint8_t>& rgb, int64_t width, int64_t height, const std::string& labels_json) {
-  std::unique_ptr<spng_ctx, void (*)(spng_ctx*)> ctx(spng_ctx_new(SPNG_CTX_ENCODER), spng_ctx_free);
-  if (!ctx) throw std::runtime_error("preview: libspng could not make an encoder");
-  spng_set_option(ctx.get(), SPNG_ENCODE_TO_BUFFER, 1);
-  spng_ihdr ihdr{};
-  ihdr.width = static_cast<uint32_t>(width);
-  ihdr.height = static_cast<uint32_t>(height);
-  ihdr.bit_depth = 8;
-  ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
-  spng_set_ihdr(ctx.get(), &ihdr);
-  spng_text text{};
-  std::snprintf(text.keyword, sizeof(text.keyword), "%s", "crucible.labels");
-  text.type = SPNG_TEXT;
-  text.length = labels_json.size();
-  std::string body = labels_json;
-  text.text = body.data();
-  spng_set_text(ctx.get(), &text, 1);
-  if (int e = spng_encode_image(ctx.get(), rgb.data(), rgb.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE); e != 0) {
-    throw std::runtime_error(fmt::format("preview: PNG encoding failed: {}", spng_strerror(e)));
-  }
-  size_t size = 0;
-  int e = 0;
-  void* buf = spng_get_png_buffer(ctx.get(), &size, &e);
-  if (buf == nullptr) throw std::runtime_error(fmt::format("preview: PNG encoding failed: {}", spng_strerror(e)));
-  std::string png(static_cast<const char*>(buf), size);
-  std::free(buf);
-  return png;
-}
 
 // The PNG's pixels and labels: tiles ([C, H, W] uint8) in a near-square grid with 2-pixel gaps,
 // a label strip under each (its class, or the two largest shares of a mixed target); fills in
@@ -147,6 +89,7 @@ PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& opt
   if (options.out.size() < 5 || options.out.substr(options.out.size() - 4) != ".png") {
     throw bad_input("preview: --out must name a .png file, found \"{}\"", options.out);
   }
+  if (config.data.dataset == data::DataConfig::Dataset::kDetection) return preview_detection(config, options);
   // The training data as the trainer builds it (join_job + the data stages: the same pipelines,
   // sampler and seeds), and the recipe's batch transforms but multi-scale (the tiles keep the
   // crop's size).
@@ -206,7 +149,7 @@ PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& opt
   if (s.samples == 0) throw bad_input("preview: the training data gave no samples");
 
   const Grid grid = compose_grid(tiles, targets, s);
-  write_file_atomic(options.out, encode_png(grid.rgb, s.width, s.height, grid.labels.dump()));
+  write_file_atomic(options.out, encode_png(grid.rgb, s.width, s.height, "crucible.labels", grid.labels.dump()));
   log_info("preview: {} training samples of epoch 0 ({} batch(es){}) → {} ({}x{} tiles in a {}x{} grid, {}x{} px)",
            s.samples, s.batches,
            transforms.empty() ? "" : fmt::format(", after {}", [&] {

@@ -2,15 +2,18 @@
 #include "crucible/data/data_config.h"
 
 #include "crucible/data/transforms/batch_settings.h"
+#include "crucible/data/transforms/detection_presets.h"
 #include "crucible/data/data_recipe.h"
 
 namespace crucible::data {
 
 void bind_data_config(DataConfig& c, ConfigSchema& s) {
   using DS = DataConfig::Dataset;
-  s.add_enum("data", "dataset", &c.dataset, {{"idx", DS::kIdx}, {"arrays", DS::kArrays}, {"images", DS::kImages}},
+  s.add_enum("data", "dataset", &c.dataset,
+             {{"idx", DS::kIdx}, {"arrays", DS::kArrays}, {"images", DS::kImages}, {"detection", DS::kDetection}},
              "data set kind: IDX files; arrays (.npy/.npz/.safetensors in the train_/test_ images/labels keys, "
-             "\"file.npz:name\" picks one array); or encoded images (JPEG/PNG)");
+             "\"file.npz:name\" picks one array); encoded images (JPEG/PNG); or detection: images with boxes (a COCO "
+             "instances .json, a YOLO images folder, in data.train_path and data.test_path)");
   s.add("data", "train_images", &c.train_images, "training images (IDX, gzip or plain)");
   s.add("data", "train_labels", &c.train_labels, "training labels (IDX)");
   s.add("data", "test_images", &c.test_images, "test images (IDX), evaluated after every epoch");
@@ -87,6 +90,7 @@ void bind_data_config(DataConfig& c, ConfigSchema& s) {
         "remote data: the size of the range requests a shard is downloaded in, data.io_threads of them at once")
       .min(1);
   declare_data_piece_settings(c, s);  // the pieces' own keys, declared in their files
+  declare_settings(s, c.pieces.of<DetectionSettings>(kDetectionPiece));  // detection's (detection_presets.h)
   declare_batch_transform_settings(c, s);  // and the device's batch transforms' (batch_settings.h)
 }
 

@@ -5,9 +5,11 @@
 #include "crucible/core/config.h"
 #include "crucible/data/transforms/augment.h"
 #include "crucible/data/samplers/global_sampler.h"
+#include "crucible/data/samplers/grouped_sampler.h"
 #include "crucible/data/transforms/random_solarize.h"
 #include "crucible/data/remote/remote.h"
 #include "crucible/data/samplers/repeated_sampler.h"
+#include "crucible/data/transforms/detection_presets.h"
 
 namespace crucible::data {
 namespace {
@@ -84,7 +86,21 @@ std::string resolved_sampler(const DataConfig& config) {
 }
 
 std::shared_ptr<const Sampler> make_training_sampler(const DataConfig& config, const SamplerBuild& build) {
-  return sampler_registry().get(config.sampler, "data.sampler").factory.make(config, build);
+  const auto& make = sampler_registry().get(config.sampler, "data.sampler").factory.make;
+  const auto& d = config.pieces.get<DetectionSettings>(kDetectionPiece);
+  const int64_t k = d.aspect_ratio_group_factor;
+  const DetectionPreset* preset = &detection_preset_registry().get(d.preset, "data.detection_preset").factory;
+  if (build.aspect_ratios.empty() || k < 0 || !preset->aspect_groups) return make(config, build);
+  if (resolved_sampler(config.sampler, build.remote) != "global") {
+    return std::make_shared<GroupedBatchSampler>(make(config, build), build.aspect_ratios, k, build.batch);
+  }
+  // The global order is one order at any world size: grouped as one (its one-rank order, in
+  // global batches), then each global batch split, so a step's samples stay those of any world
+  // size (grouping each rank's slice would tie them to the number of ranks).
+  SamplerBuild one = build;
+  one.shard = {1, 0, build.shard.drop_last};
+  one.batch = build.batch * build.shard.num_replicas;
+  return std::make_shared<GroupedBatchSampler>(make(config, one), build.aspect_ratios, k, build.batch, build.shard);
 }
 
 void declare_data_piece_settings(DataConfig& config, ConfigSchema& schema) {

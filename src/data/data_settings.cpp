@@ -8,6 +8,7 @@
 #include "crucible/core/error.h"
 #include "crucible/data/transforms/batch_settings.h"
 #include "crucible/data/data_recipe.h"
+#include "crucible/data/transforms/detection_presets.h"
 
 namespace crucible::data {
 namespace {
@@ -25,6 +26,10 @@ const std::set<std::string> kEvalKeys = {"data.test_samples", "data.test_path", 
 const std::set<std::string> kImageKeys = {"data.crop",  "data.eval_crop",   "data.eval_resize",
                                           "data.cache", "data.cache_mb",    "data.jpeg_decode",
                                           "data.jpeg_dct_scaling", "data.exif_orientation", "data.color_order"};
+// The classification image pipeline's own, which a detection pipeline does not run (it decodes the
+// whole image and runs data.detection_preset's transforms).
+const std::set<std::string> kClassificationImageKeys = {"data.crop", "data.eval_crop", "data.eval_resize", "data.cache",
+                                                        "data.cache_mb", "data.jpeg_dct_scaling"};
 // Normalisation: DeviceInput's, after the loader.
 const std::set<std::string> kNormalisationKeys = {"data.mean", "data.std", "data.mean_std_range",
                                                   "data.mean_std_order"};
@@ -47,6 +52,14 @@ std::set<std::string> piece_keys(const Registry& registry) {
   for (const auto& e : registry.entries()) {
     if (e.factory.declare) e.factory.declare(c, s);
   }
+  return names(s);
+}
+
+// The detection keys (detection_presets.h).
+std::set<std::string> detection_keys() {
+  DetectionSettings d;
+  ConfigSchema s;
+  declare_settings(s, d);
   return names(s);
 }
 
@@ -155,6 +168,7 @@ std::vector<std::string> DataSettings::data_keys() const {
 
 std::vector<std::pair<std::string, std::string>> not_applied(const DataSettings& settings, const LoaderUse& use) {
   static const std::set<std::string> device = device_keys();
+  static const std::set<std::string> detection = detection_keys();
   static const std::set<std::string> transforms = piece_keys(sample_transform_registry());
   static const std::set<std::string> order = [] {
     std::set<std::string> keys = piece_keys(sampler_registry());
@@ -174,6 +188,13 @@ std::vector<std::pair<std::string, std::string>> not_applied(const DataSettings&
       why = use.normalisation;
     } else if (!use.images && kImageKeys.count(key) != 0) {
       why = "encoded images' own, and these samples are IDX or array pixels, in memory";
+    } else if (!use.detection && detection.count(key) != 0) {
+      why = "detection data's (data.dataset = \"detection\"), and these samples are classification's";
+    } else if (use.detection && kClassificationImageKeys.count(key) != 0) {
+      why = "the classification image pipeline's; a detection pipeline decodes the whole image and runs "
+            "data.detection_preset's transforms";
+    } else if (use.detection && transforms.count(key) != 0 && key != "data.hflip") {
+      why = "a classification sample transform; a detection pipeline runs data.detection_preset's transforms";
     } else if (!use.remote && kRemoteKeys.count(key) != 0) {
       why = "remote data's (s3://, http(s)://), and these data are local";
     } else if (!use.train && kTrainSplitKeys.count(key) != 0) {

@@ -13,7 +13,9 @@
 #include "crucible/data/formats/source.h"
 #include "crucible/data/data_recipe.h"
 #include "crucible/data/samplers/global_sampler.h"
+#include "crucible/data/loader/detection_pipeline.h"
 #include "crucible/data/remote/remote_source.h"
+#include "crucible/data/transforms/detection_presets.h"
 
 namespace crucible::data {
 namespace {
@@ -123,6 +125,15 @@ DataSetup make_idx_data(const DataConfig& c, uint64_t augment_seed) {
   return d;
 }
 
+// data.dataset = "images" classifies: a set with boxes is a detection set.
+void refuse_boxes(const data::SampleSource& s, const std::string& path) {
+  if (s.has_boxes()) {
+    throw bad_input("{} is a detection set (images with boxes) but data.dataset = \"images\" classifies; set "
+                    "data.dataset = \"detection\"",
+                    path);
+  }
+}
+
 // data.dataset = "images": encoded samples from a path (sample_source.h: open_samples) or URL.
 DataSetup make_image_data(const DataConfig& c, uint64_t augment_seed) {
   if (c.train_path.empty() || c.test_path.empty()) {
@@ -131,6 +142,8 @@ DataSetup make_image_data(const DataConfig& c, uint64_t augment_seed) {
   std::shared_ptr<const data::SampleSource> train = open_data_path(c.train_path, c, true);
   std::shared_ptr<const data::SampleSource> test = open_data_path(c.test_path, c, false);
   if (train->size() == 0) throw bad_input("{}: no samples", c.train_path);
+  refuse_boxes(*train, c.train_path);
+  refuse_boxes(*test, c.test_path);
   train = take_samples(std::move(train), c.train_samples, "data.train_samples", c.train_path);
   test = take_samples(std::move(test), c.test_samples, "data.test_samples", c.test_path);
   DataSetup d;
@@ -166,9 +179,73 @@ DataSetup make_image_test(const DataConfig& c) {
   if (c.test_path.empty()) throw bad_input("data.dataset = \"images\" needs data.test_path (the samples to evaluate)");
   std::shared_ptr<const data::SampleSource> test =
       take_samples(open_data_path(c.test_path, c, false), c.test_samples, "data.test_samples", c.test_path);
+  refuse_boxes(*test, c.test_path);
   DataSetup d;
   d.num_classes = static_cast<int64_t>(test->classes().size());
   d.test = image_pipeline(test, c, 0, false);
+  d.train = d.test;
+  return d;
+}
+
+// data.dataset = "detection": a COCO file or a YOLO folder per split, through the preset's transforms.
+std::shared_ptr<const data::SamplePipeline> detection_pipeline(std::shared_ptr<const data::SampleSource> source,
+                                                               const DataConfig& c, uint64_t seed, bool train) {
+  if (!source->has_boxes()) {
+    throw bad_input("data.dataset = \"detection\": {} holds no boxes; expected a COCO instances .json or a YOLO images "
+                    "folder (…/images/<split> beside …/labels/<split>)",
+                    source->describe());
+  }
+  const auto& d = c.pieces.get<DetectionSettings>(kDetectionPiece);
+  const auto& preset = detection_preset_registry().get(d.preset, "data.detection_preset").factory;
+  DetectionPipelineOptions o;
+  o.preset = d.preset;
+  if (train) o.transforms = preset.train(c);
+  if (!train && preset.eval) o.transforms = preset.eval(c);
+  if (preset.layout) {
+    const DetectionBatchLayout l = preset.layout(c);
+    o.size_divisible = l.size_divisible;
+    o.fixed_width = l.fixed_width;
+    o.fixed_height = l.fixed_height;
+    o.pad_value = l.pad_value;
+  } else {
+    o.size_divisible = static_cast<int>(d.size_divisible);
+  }
+  o.order = data::parse_color_order(c.color_order, "data.color_order");
+  o.fast_decode = c.jpeg_decode == "fast";
+  o.exif_orientation = c.exif_orientation;
+  o.augment_seed = seed;
+  return std::make_shared<DetectionPipeline>(std::move(source), std::move(o));
+}
+
+std::shared_ptr<const data::SampleSource> open_detection_split(const DataConfig& c, bool train) {
+  const std::string& path = train ? c.train_path : c.test_path;
+  const char* key = train ? "data.train_path" : "data.test_path";
+  if (path.empty()) throw bad_input("data.dataset = \"detection\" needs {} (a COCO instances .json or a YOLO images folder)", key);
+  if (is_remote_path(path)) throw bad_input("{} = {}: detection sets are read from local files for now", key, path);
+  std::shared_ptr<const data::SampleSource> s = open_samples(path, detection_source_options(c, train));
+  return take_samples(std::move(s), train ? c.train_samples : c.test_samples,
+                      train ? "data.train_samples" : "data.test_samples", path);
+}
+
+DataSetup make_detection_data(const DataConfig& c, uint64_t augment_seed) {
+  std::shared_ptr<const data::SampleSource> train = open_detection_split(c, true);
+  std::shared_ptr<const data::SampleSource> test = open_detection_split(c, false);
+  if (train->classes() != test->classes()) {
+    throw bad_input("{} names the classes [{}] but {} names [{}]: both splits must have the same categories",
+                    c.train_path, fmt::join(train->classes(), ", "), c.test_path, fmt::join(test->classes(), ", "));
+  }
+  DataSetup d;
+  d.num_classes = static_cast<int64_t>(train->classes().size());
+  d.train = detection_pipeline(train, c, augment_seed, true);
+  d.test = detection_pipeline(test, c, 0, false);
+  return d;
+}
+
+DataSetup make_detection_test(const DataConfig& c) {
+  std::shared_ptr<const data::SampleSource> test = open_detection_split(c, false);
+  DataSetup d;
+  d.num_classes = static_cast<int64_t>(test->classes().size());
+  d.test = detection_pipeline(test, c, 0, false);
   d.train = d.test;
   return d;
 }
@@ -186,6 +263,7 @@ const DatasetKind& dataset_kind(DataConfig::Dataset kind) {
       {DataConfig::Dataset::kIdx, make_idx_data, make_idx_test},
       {DataConfig::Dataset::kArrays, make_array_data, make_array_test},
       {DataConfig::Dataset::kImages, make_image_data, make_image_test},
+      {DataConfig::Dataset::kDetection, make_detection_data, make_detection_test},
   };
   for (const DatasetKind& k : kinds) {
     if (k.kind == kind) return k;
@@ -232,7 +310,7 @@ RemoteSourceOptions remote_source_options(const DataConfig& c, bool train) {
 
 std::unique_ptr<SampleSource> open_data_path(const std::string& path, const DataConfig& c, bool train) {
   if (is_remote_path(path)) return open_remote_samples(path, remote_source_options(c, train));
-  return open_samples(path);
+  return open_samples(path, detection_source_options(c, train));
 }
 
 DataSetup make_data(const DataConfig& c, uint64_t augment_seed, bool test_only) {
@@ -246,12 +324,18 @@ std::shared_ptr<const data::SamplePipeline> make_pipeline_for_path(const std::st
   const int64_t n = train ? c.train_samples : c.test_samples;
   const char* key = train ? "data.train_samples" : "data.test_samples";
   std::string images, labels;
-  if (fs::is_directory(path) && find_idx(path, train ? "train" : "t10k", &images, &labels)) {
+  if (c.dataset != DataConfig::Dataset::kDetection && fs::is_directory(path) &&
+      find_idx(path, train ? "train" : "t10k", &images, &labels)) {
     std::shared_ptr<const data::Source> src = data::load_idx_source(images, labels, n, key);
     return std::make_shared<data::ArrayPipeline>(
         src, train ? training_transforms(c, src->spec()) : data::SampleTransforms{}, augment_seed);
   }
-  return image_pipeline(take_samples(open_data_path(path, c, train), n, key, path), c, augment_seed, train);
+  // A source with boxes (COCO, YOLO) is a detection set whatever data.dataset says.
+  std::shared_ptr<const data::SampleSource> s = take_samples(open_data_path(path, c, train), n, key, path);
+  if (s->has_boxes() || c.dataset == DataConfig::Dataset::kDetection) {
+    return detection_pipeline(std::move(s), c, augment_seed, train);
+  }
+  return image_pipeline(std::move(s), c, augment_seed, train);
 }
 
 data::LoaderOptions loader_options(const DataConfig& c, int64_t batch_size, int threads) {

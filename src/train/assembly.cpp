@@ -30,6 +30,7 @@
 #include "crucible/obs/phase_clock.h"
 #include "crucible/data/data_recipe.h"
 #include "crucible/data/data_setup.h"
+#include "crucible/data/samplers/grouped_sampler.h"
 #include "crucible/train/doctor_checks.h"
 #include "crucible/train/evaluator.h"
 #include "crucible/train/fine_tune.h"
@@ -70,6 +71,11 @@ void assemble_data(Job& job, const StoredChoices& stored) {
   const JobConfig& c = job.config;
   const uint64_t seed = static_cast<uint64_t>(c.run.seed);
   const auto t0 = Clock::now();
+  if (c.data.dataset == DataSection::Dataset::kDetection) {
+    throw bad_input("data.dataset = \"detection\": crucible has no detection model, loss or metric yet, so it cannot "
+                    "train or evaluate one; the detection data runs in `crucible bench loader` and in the Python "
+                    "module's loaders (crucible.loader), whose batches a torchvision detection model takes as they are");
+  }
   // X8: rank 0 opens the data first, so what opening writes beside it (a tar shard's .idx) is
   // written once, by one process; the others open after it and read what it wrote (on a node
   // that does not share rank 0's file system they build their own, each written atomically).
@@ -131,6 +137,7 @@ void assemble_data(Job& job, const StoredChoices& stored) {
   order.batch = c.train.batch_size;
   order.shard_counts = ds.train->shard_counts();
   order.remote = data::is_remote_path(c.data.train_path) && c.data.dataset == data::DataConfig::Dataset::kImages;
+  order.aspect_ratios = data::aspect_ratios_of(*ds.train);  // detection: batches grouped by aspect ratio
   job.train_loader =
       std::make_unique<data::Loader>(ds.train, data::make_training_sampler(c.data, order), train_options);
   job.test_loader = std::make_unique<data::Loader>(

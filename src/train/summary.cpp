@@ -33,9 +33,10 @@ obs::BottleneckContext bottleneck_context(const Job& job, const SessionRecord& s
                                           double loader_busy_seconds, double step_seconds) {
   const JobConfig& cfg = job.config;
   obs::BottleneckContext c;
-  c.dataset = cfg.data.dataset == DataSection::Dataset::kIdx      ? "idx"
-              : cfg.data.dataset == DataSection::Dataset::kArrays ? "arrays"
-                                                                  : "images";
+  c.dataset = cfg.data.dataset == DataSection::Dataset::kIdx         ? "idx"
+              : cfg.data.dataset == DataSection::Dataset::kArrays    ? "arrays"
+              : cfg.data.dataset == DataSection::Dataset::kDetection ? "detection"
+                                                                     : "images";
   c.loader_threads = job.loader_threads;
   c.loader_busy = step_seconds > 0 ? loader_busy_seconds / (job.loader_threads * step_seconds) : -1;
   c.prefetch = cfg.data.prefetch;

@@ -226,6 +226,19 @@ std::map<std::string, Walk> walks(const test::TempDir& d) {
   w["data.random_erase_value"] = {"[0.5]", photos, How::kNotApplied};
   w["data.mixup_alpha"] = {"0.2", photos, How::kNotApplied};
   w["data.cutmix_alpha"] = {"1.0", photos, How::kNotApplied};
+  // Detection data's keys, which a classification run names not applied (their values are the
+  // defaults; tests/python/test_detection_data.py walks them on a detection set).
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"data.detection_preset", "hflip"}, {"data.bad_boxes", "clamp"}, {"data.max_boxes", "10000"},
+           {"data.images_root", d / "images"}, {"data.test_images_root", d / "images"}, {"data.size_divisible", "32"},
+           {"data.aspect_ratio_group_factor", "3"}, {"data.detection_fill", "[123, 117, 104]"},
+           {"data.lsj_size", "1024"}, {"data.yolox_size", "640"}, {"data.yolox_mosaic_epochs", "284"},
+           {"data.yolox_mosaic_prob", "1.0"}, {"data.yolox_mixup", "true"}, {"data.yolox_mixup_prob", "1.0"},
+           {"data.yolox_hsv_prob", "1.0"}, {"data.yolox_degrees", "10.0"}, {"data.yolox_translate", "0.1"},
+           {"data.yolox_mosaic_scale", "[0.1, 2.0]"}, {"data.yolox_mixup_scale", "[0.5, 1.5]"},
+           {"data.yolox_shear", "2.0"}, {"data.yolox_max_labels", "120"}}) {
+    w[key] = {value, photos, How::kNotApplied};
+  }
   return w;
 }
 

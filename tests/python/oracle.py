@@ -63,3 +63,59 @@ def v2_or_v1(test, what):
     if not V2 and REQUIRED:
         test.fail(missing_message(what))
 
+
+
+def _import(name):
+    try:
+        return __import__(name, fromlist=["_"]), None
+    except ImportError as e:
+        return None, e
+
+
+def needs_module(name, what):
+    """As needs_v2, for another oracle module: pycocotools (COCO), yolox (YOLOX's pipeline). Both
+    are in .venv-torch2 only (scripts/setup-torch2's oracles), so make test skips (counted) and
+    make test-torch2 fails without them."""
+    module, error = _import(name)
+    if module is not None:
+        return lambda obj: obj
+    message = (f"the oracle {name} cannot be imported ({error!r}); {what} compares with it, and this build "
+               "requires its oracles (CRUCIBLE_REQUIRE_ORACLES=1, make test-torch2)")
+    if not REQUIRED:
+        return unittest.skip(f"no {name} here ({error}): {what}")
+
+    def fail(obj):
+        if inspect.isclass(obj):
+            def setUpClass(cls):
+                raise AssertionError(message)
+            obj.setUpClass = classmethod(setUpClass)
+            return obj
+
+        @functools.wraps(obj)
+        def test(*args, **kwargs):
+            raise AssertionError(message)
+        return test
+
+    return fail
+
+
+REFERENCES_HELP = (
+    "torchvision's references/ (references/detection/transforms.py's FixedSizeCrop, group_by_aspect_ratio.py) are in "
+    "no package: not in torchvision's wheel, no source distribution on PyPI, not in Debian. To run this comparison, "
+    "put the file (from github.com/pytorch/vision, the commit its test names) in a folder named by "
+    "CRUCIBLE_TORCHVISION_REFERENCES, under the module name the test imports")
+
+
+def needs_reference(name, what):
+    """For an oracle that is torchvision's reference scripts' own code: as it is where the module
+    imports (CRUCIBLE_TORCHVISION_REFERENCES is put on sys.path first); else skipped, in every
+    build, saying why and how to provide it — no package can (REFERENCES_HELP). make test and
+    make test-torch2 count and print the skip."""
+    import sys
+    extra = os.environ.get("CRUCIBLE_TORCHVISION_REFERENCES")
+    if extra and extra not in sys.path:
+        sys.path.insert(0, extra)
+    module, error = _import(name)
+    if module is not None:
+        return lambda obj: obj
+    return unittest.skip(f"no {name} ({error}): {what}. {REFERENCES_HELP}")

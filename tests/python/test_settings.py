@@ -125,6 +125,12 @@ class SettingsTest(unittest.TestCase):
                      ("data.random_erase_scale", [0.1, 0.2]), ("data.random_erase_ratio", [0.5, 2.0]),
                      ("data.random_erase_value", [0.5]), ("data.mixup_alpha", 0.2), ("data.cutmix_alpha", 1.0)):
             w[k] = (v, {}, {}, "not_applied", None)
+        # Detection data's keys: a classification loader names them not applied (each with its
+        # default given); test_detection_data.EveryDetectionKeyArrives walks them on a detection set.
+        import tomllib
+        defaults = dict(_native.data_keys())
+        for k in _native.detection_keys():
+            w[k] = (tomllib.loads("v = " + defaults[k])["v"], {}, {}, "not_applied", None)
         return w
 
     def packed(self):

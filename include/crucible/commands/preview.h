@@ -34,4 +34,11 @@ struct PreviewSummary {
 // bad_input for n < 1, an output not ending in .png, and data that are float features (no pixels).
 PreviewSummary preview(const train::JobConfig& config, const PreviewOptions& options);
 
+// A detection set's (data.dataset = "detection"; preview() hands it over): the first training
+// images of epoch 0 after data.detection_preset's transforms, each box drawn in its class's colour
+// with the class name at its corner, the image id under the tile; the boxes, in the augmented
+// images' pixels, in the PNG's tEXt chunk "crucible.boxes" (JSON: per tile image_id, sample,
+// width, height, boxes, labels).
+PreviewSummary preview_detection(const train::JobConfig& config, const PreviewOptions& options);
+
 }  // namespace crucible::commands

@@ -17,8 +17,9 @@ namespace crucible::data {
 
 struct DataConfig {
   // idx: IDX image + label files; arrays: .npy/.npz/.safetensors features + labels in the same
-  // four keys; images: encoded images (train_path/test_path)
-  enum class Dataset { kIdx, kArrays, kImages };
+  // four keys; images: encoded images (train_path/test_path); detection: images with boxes
+  // (train_path/test_path: a COCO instances file, a YOLO images folder)
+  enum class Dataset { kIdx, kArrays, kImages, kDetection };
   Dataset dataset = Dataset::kIdx;
   std::string train_images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
   std::string train_labels = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";

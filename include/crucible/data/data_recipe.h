@@ -58,6 +58,9 @@ struct SamplerBuild {
   int64_t batch = 0;                  // the per-rank (loader) batch: the global order's steps
   std::vector<int64_t> shard_counts;  // samples per shard (SampleSource::shard_counts); empty: unsharded
   bool remote = false;                // the samples come from URLs (data.sampler = "auto" picks "global")
+  // Detection: each sample's width / height (aspect_ratios_of, grouped_sampler.h); with
+  // data.aspect_ratio_group_factor >= 0 the batches are grouped by it. Empty: not grouped.
+  std::vector<double> aspect_ratios;
 };
 // A sampler: its settings (none for some) and its factory.
 struct SamplerPiece {
@@ -81,7 +84,10 @@ std::string resolved_sampler(const std::string& name, bool remote);
 // it picked).
 std::string resolved_sampler(const DataConfig& config);
 
-// The sampler data.sampler names (bad_input listing the known ones for another name).
+// The sampler data.sampler names (bad_input listing the known ones for another name); with
+// build.aspect_ratios and data.aspect_ratio_group_factor >= 0, its batches grouped by aspect
+// ratio (GroupedBatchSampler of build.batch; the global order grouped as one order of global
+// batches, each split over the ranks).
 std::shared_ptr<const Sampler> make_training_sampler(const DataConfig& config, const SamplerBuild& build);
 
 // Binds every registered data piece's own settings (bind_data_config calls it).

@@ -77,6 +77,7 @@ struct LoaderUse {
   bool order = true;       // the training order (data.sampler and its pieces' keys); false: in order
   bool images = true;      // encoded images; false: IDX or array samples, in memory
   bool remote = false;     // shards behind s3:// or http(s):// URLs
+  bool detection = false;  // images with boxes through a detection preset (data.dataset = "detection")
   std::string eval_switch;    // how evaluation is asked for ("--eval", "train=False"; "" when it cannot be)
   std::string normalisation;  // why data.mean/std do not apply here (the loader delivers uint8 pixels)
 };

@@ -69,6 +69,18 @@ inline bool file_starts_with(const std::string& path, const char* magic, size_t 
   return ok && std::memcmp(buf.data(), magic, n) == 0;
 }
 
+// torchvision.datasets.folder.IMG_EXTENSIONS, matched case-insensitively on the path's end.
+inline constexpr const char* kImageExtensions[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+                                            ".pgm", ".tif",  ".tiff", ".webp"};
+
+inline bool has_image_extension(const std::string& name) {
+  const std::string l = lower_ascii(name.size() > 8 ? name.substr(name.size() - 8) : name);
+  for (const char* e : kImageExtensions) {
+    if (ends_with(l, e)) return true;
+  }
+  return false;
+}
+
 // A format open_samples can recognise (sample_source.cpp holds their list, in the order it asks
 // them): what a path of it looks like (for the message that lists them), whether `path` is one
 // (`exists` and `is_dir` as the caller found them), and its opener.
@@ -76,7 +88,7 @@ struct SampleFormat {
   const char* name;
   const char* accepts;
   bool (*claims)(const std::string& path, bool exists, bool is_dir);
-  std::unique_ptr<SampleSource> (*open)(const std::string& path);
+  std::unique_ptr<SampleSource> (*open)(const std::string& path, const SourceOptions& options);
 };
 
 }  // namespace crucible::data::format_detail

@@ -14,18 +14,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace format_detail;
 
-// torchvision.datasets.folder.IMG_EXTENSIONS, matched case-insensitively on the path's end.
-constexpr const char* kImageExtensions[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
-                                            ".pgm", ".tif",  ".tiff", ".webp"};
-
-bool has_image_extension(const std::string& name) {
-  const std::string l = lower_ascii(name.size() > 8 ? name.substr(name.size() - 8) : name);
-  for (const char* e : kImageExtensions) {
-    if (ends_with(l, e)) return true;
-  }
-  return false;
-}
-
 // One folder's entries as os.walk(followlinks=True) splits them: sub-folders (symlinks to
 // folders included) and everything else.
 void list_folder(const std::string& dir, std::vector<std::string>* dirs, std::vector<std::string>* files) {
@@ -142,7 +130,7 @@ SampleFormat image_folder_format() {
             }
             return false;
           },
-          open_image_folder};
+          [](const std::string& path, const SourceOptions&) { return open_image_folder(path); }};
 }
 }  // namespace format_detail
 

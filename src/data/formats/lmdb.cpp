@@ -163,7 +163,7 @@ SampleFormat lmdb_format() {
             if (!exists) return false;
             return is_dir ? fs::is_regular_file(path + "/data.mdb", ec) : ends_with(lower_ascii(path), ".mdb");
           },
-          open_lmdb};
+          [](const std::string& path, const SourceOptions&) { return open_lmdb(path); }};
 }
 }  // namespace format_detail
 

@@ -182,7 +182,7 @@ SampleFormat packed_format() {
             return is_dir ? fs::is_regular_file(path + "/index.crpk", ec)
                           : file_starts_with(path, pack_format::kMagic, sizeof pack_format::kMagic);
           },
-          open_packed};
+          [](const std::string& path, const SourceOptions&) { return open_packed(path); }};
 }
 }  // namespace format_detail
 

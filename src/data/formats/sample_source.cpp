@@ -16,6 +16,8 @@ namespace format_detail {
 SampleFormat packed_format();
 SampleFormat lmdb_format();
 SampleFormat tar_shard_format();
+SampleFormat coco_format();
+SampleFormat yolo_format();
 SampleFormat image_folder_format();
 }  // namespace format_detail
 
@@ -26,8 +28,8 @@ using namespace format_detail;
 
 // The formats open_samples knows, in the order it asks them: the first that claims a path opens it.
 const std::vector<SampleFormat>& formats() {
-  static const std::vector<SampleFormat> list = {packed_format(), lmdb_format(), tar_shard_format(),
-                                                 image_folder_format()};
+  static const std::vector<SampleFormat> list = {packed_format(), lmdb_format(),  tar_shard_format(),
+                                                 coco_format(),   yolo_format(), image_folder_format()};
   return list;
 }
 
@@ -178,13 +180,13 @@ std::vector<std::string> expand_shard_list(const std::string& list) {
   return shards;
 }
 
-std::unique_ptr<SampleSource> open_samples(const std::string& path) {
+std::unique_ptr<SampleSource> open_samples(const std::string& path, const SourceOptions& options) {
   if (path.empty()) throw bad_input("empty data path; {}", accepted());
   std::error_code ec;
   const bool exists = fs::exists(path, ec);
   const bool is_dir = exists && fs::is_directory(path, ec);
   for (const SampleFormat& f : formats()) {
-    if (f.claims(path, exists, is_dir)) return f.open(path);
+    if (f.claims(path, exists, is_dir)) return f.open(path, options);
   }
   if (!exists) throw bad_input("data path {} does not exist; {}", path, accepted());
   if (is_dir) {

@@ -459,7 +459,7 @@ SampleFormat tar_shard_format() {
             if (!exists) return path.find(',') != std::string::npos || path.find('{') != std::string::npos;
             return !is_dir && (ends_with(lower_ascii(path), ".tar") || file_starts_with(path, "ustar", 5, 257));
           },
-          [](const std::string& path) {
+          [](const std::string& path, const SourceOptions&) {
             std::error_code ec;
             return fs::exists(path, ec) ? open_tar_shards({path}) : open_tar_shards(expand_shard_list(path));
           }};

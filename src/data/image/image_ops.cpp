@@ -445,6 +445,68 @@ void adjust_contrast(ImageRef image, double factor) {
   blend(v, &mean, 0, factor);
 }
 
+namespace {
+
+// One pixel of adjust_hue_image, in float32 as torch computes it (no fused multiply-add: this
+// file is built with -ffp-contract=off, and torch's kernels here are separate ops). _rgb_to_hsv
+// multiplies its hue terms by 0/1 masks and sums them: the sum is exactly the one term selected,
+// so a branch gives the same bits.
+inline void hue_pixel(uint8_t* r8, uint8_t* g8, uint8_t* b8, float hue) {
+  const float k = static_cast<float>(1.0 / 255.0);  // to_dtype_image: .to(float32).mul_(1 / 255)
+  const float r = static_cast<float>(*r8) * k, g = static_cast<float>(*g8) * k, b = static_cast<float>(*b8) * k;
+  const float maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
+  const bool eqc = maxc == minc;
+  const float range = maxc - minc;
+  const float s = range / (eqc ? 1.0f : maxc);
+  const float div = eqc ? 1.0f : range;
+  const float rc = (maxc - r) / div, gc = (maxc - g) / div, bc = (maxc - b) / div;
+  float h;
+  if (maxc == r) {
+    h = bc - gc;
+  } else if (maxc == g) {
+    h = (rc + 2.0f) - bc;
+  } else {
+    h = (gc + 4.0f) - rc;
+  }
+  h = std::fmod(h * static_cast<float>(1.0 / 6.0) + 1.0f, 1.0f);
+  // h.add_(hue_factor).remainder_(1.0): Python's modulo, the divisor's sign (a tiny negative
+  // sum becomes 1 - ε, which may round to 1.0: hsv_to_rgb's i.remainder_(6) folds it back).
+  h = std::fmod(h + hue, 1.0f);
+  if (h != 0.0f && h < 0.0f) h += 1.0f;
+  // _hsv_to_rgb
+  const float h6 = h * 6.0f, fi = std::floor(h6), f = h6 - fi;
+  const int i = static_cast<int>(fi) % 6;
+  const float v = maxc, sxf = s * f, one_minus_s = 1.0f - s;
+  const float q = std::clamp((1.0f - sxf) * v, 0.0f, 1.0f);
+  const float t = std::clamp((sxf + one_minus_s) * v, 0.0f, 1.0f);
+  const float p = std::clamp(one_minus_s * v, 0.0f, 1.0f);
+  // select = [[v q p p t v], [t v v q p p], [p p t v v q]] (vpqt indices [[0,2,1,1,3,0], …])
+  const float vpqt[4] = {v, p, q, t};
+  static constexpr int kSelect[3][6] = {{0, 2, 1, 1, 3, 0}, {3, 0, 0, 2, 1, 1}, {1, 1, 3, 0, 0, 2}};
+  // to_dtype_image(float → uint8): .mul(255 + 1 - 1e-3).to(uint8), truncation
+  const float scale = static_cast<float>(255.0 + 1.0 - 1e-3);
+  *r8 = to_u8(vpqt[kSelect[0][i]] * scale);
+  *g8 = to_u8(vpqt[kSelect[1][i]] * scale);
+  *b8 = to_u8(vpqt[kSelect[2][i]] * scale);
+}
+
+}  // namespace
+
+void adjust_hue(ImageRef image, double hue_factor) {
+  check_channels(image, "adjust_hue");
+  if (!(hue_factor >= -0.5 && hue_factor <= 0.5)) {
+    throw bad_input("hue_factor must be in [-0.5, 0.5], found {}", hue_factor);
+  }
+  if (image.channels == 1) return;  // as PIL
+  const View v(image);
+  const float hue = static_cast<float>(hue_factor);
+  const size_t n = v.pixels(), cs = v.cs, ps = v.ps;
+  for (size_t i = 0; i < n; ++i) {
+    uint8_t* px = v.p + i * ps;
+    hue_pixel(px, px + cs, px + 2 * cs, hue);
+  }
+}
+
 CRUCIBLE_FMA_CLONES void adjust_sharpness(ImageRef image, double factor) {
   check_channels(image, "adjust_sharpness");
   check_factor(factor, "sharpness_factor");

@@ -1,6 +1,8 @@
 // Loader: ordered, bounded, cancellable batch building on a persistent ThreadPool.
 #include "crucible/data/loader/loader.h"
 
+#include "crucible/data/loader/collate.h"
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -228,6 +230,7 @@ std::optional<Batch> Loader::next() {
 
 Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& order,
                     const std::vector<int64_t>& copies) const {
+  if (pipeline_->detection()) return build_detection(epoch, index, order, copies);
   const int64_t begin = index * options_.batch_size;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(order.size()));
   const ImageSpec spec = pipeline_->output_spec();
@@ -272,8 +275,59 @@ Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& or
   return b;
 }
 
+// A detection batch: each sample with its boxes, at its own size, then padded into one buffer.
+Batch Loader::build_detection(int64_t epoch, int64_t index, const std::vector<int64_t>& order,
+                              const std::vector<int64_t>& copies) const {
+  const int64_t begin = index * options_.batch_size;
+  const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(order.size()));
+  Batch b;
+  b.epoch = epoch;
+  b.index = index;
+  b.spec = pipeline_->output_spec();
+  b.detection = true;
+  std::vector<DetectionImage> images;
+  images.reserve(static_cast<size_t>(end - begin));
+  for (int64_t k = begin; k < end; ++k) {
+    const int64_t id = order[static_cast<size_t>(k)];
+    const int64_t copy = copies.empty() ? 0 : copies[static_cast<size_t>(k)];
+    try {
+      if (options_.sample_delay.count() > 0) std::this_thread::sleep_for(options_.sample_delay);  // test seam
+      int64_t image_id = -1;
+      images.push_back(pipeline_->produce_detection(id, draw_epoch(epoch, copy), &image_id));
+      b.labels.push_back(-1);
+      b.image_ids.push_back(image_id);
+      b.sample_ids.push_back(id);
+      if (!copies.empty()) b.copies.push_back(copy);
+    } catch (const Error& e) {
+      if (options_.bad_samples == BadSamplePolicy::kFail || e.kind() != ErrorKind::kBadInput) {
+        throw Error(e.kind(), fmt::format("bad sample {} (epoch {}, batch {}): {}; set data.bad_samples = \"skip\" "
+                                          "to leave such samples out",
+                                          id, epoch, index, e.what()));
+      }
+      b.skipped.push_back(e.what());
+    }
+  }
+  collate_detection(images, pipeline_->batch_layout(), options_.channels_first, options_.allocate, &b);
+  return b;
+}
+
 Batch sample_batch(const SamplePipeline& pipeline, int64_t n) {
   Batch b;
+  if (pipeline.detection()) {
+    std::vector<DetectionImage> images;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t id = i % pipeline.size();
+      int64_t image_id = -1;
+      images.push_back(pipeline.produce_detection(id, 0, &image_id));
+      b.labels.push_back(-1);
+      b.sample_ids.push_back(id);
+      b.image_ids.push_back(image_id);
+    }
+    b.detection = true;
+    b.spec = pipeline.output_spec();
+    collate_detection(images, pipeline.batch_layout(), false, PixelBuffer::heap, &b);
+    return b;
+  }
   b.spec = pipeline.output_spec();
   b.channels_first = b.spec.type == SampleType::kFeatures;  // features are [channels, height, width]
   const int64_t bytes = b.spec.bytes();
@@ -336,7 +390,11 @@ double measure_rate(const SamplePipeline& pipeline, int threads, std::chrono::mi
       while (std::chrono::steady_clock::now() < stop) {
         const int64_t i = next.fetch_add(1) % span;
         try {
-          pipeline.produce(i, 0, dst.data());
+          if (pipeline.detection()) {
+            pipeline.produce_detection(i, 0, nullptr);  // its image, at its own size
+          } else {
+            pipeline.produce(i, 0, dst.data());
+          }
         } catch (const Error&) {
         }
         ++done;

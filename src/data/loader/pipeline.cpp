@@ -13,6 +13,10 @@
 
 namespace crucible::data {
 
+DetectionImage SamplePipeline::produce_detection(int64_t, int64_t, int64_t*) const {
+  throw std::logic_error("SamplePipeline::produce_detection: not a detection pipeline");
+}
+
 ArrayPipeline::ArrayPipeline(std::shared_ptr<const Source> source, SampleTransforms transforms, uint64_t augment_seed)
     : source_(std::move(source)), transforms_(std::move(transforms)), seed_(augment_seed) {
   // Float features are used as they are; a pixel transform would treat their bytes as pixels.

@@ -1,7 +1,9 @@
 // Sources of encoded samples, random access by index (D1, D6, D11): an image folder with
 // torchvision ImageFolder semantics, WebDataset-style tar shards, an LMDB database, and
-// crucible's own packed shards, and an evenly spaced subset of any of them. A sample is its
-// stored bytes (JPEG, PNG or raw pixels) plus its label and a name for reports (D5).
+// crucible's own packed shards, and an evenly spaced subset of any of them; for detection, a
+// COCO instances file and a YOLO label folder. A sample is its stored bytes (JPEG, PNG or raw
+// pixels) plus its label, or its boxes, and a name for reports (D5). Each format is a file of
+// its own in src/data/formats/ and an entry in open_samples' list (sample_source.cpp).
 // Thread-safe: get() may be called from many threads. Torch-free.
 #pragma once
 
@@ -11,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "crucible/data/image/boxes.h"
+
 namespace crucible::data {
 
 struct EncodedSample {
@@ -19,6 +23,19 @@ struct EncodedSample {
   std::shared_ptr<const void> hold;
   int64_t label = -1;
   std::string name;  // file path, "shard.tar:key", LMDB key: what a report names
+  // Detection: the sample's boxes, in pixels of the stored image (null for a classification
+  // sample; empty for a background image), its image id in the source (COCO's) and the size
+  // the source says the image has (0 when it does not say), which decoding must confirm.
+  std::shared_ptr<const Boxes> boxes;
+  int64_t image_id = -1;
+  int width = 0, height = 0;
+};
+
+// What opening a path needs beyond the path: how a detection source treats its boxes, and
+// where a COCO file's images are (empty: beside it, or COCO's own layout; see open_coco).
+struct SourceOptions {
+  BoxPolicy boxes;
+  std::string images_root;
 };
 
 // What reading remote shards cost so far (remote_source.h): HTTP requests and retries, bytes,
@@ -55,6 +72,18 @@ class SampleSource {
   virtual void plan(const std::vector<int64_t>& upcoming) const {}
   // Remote reads so far (D11), false for local data.
   virtual bool remote_io(RemoteIo* out) const { return false; }
+  // Detection: whether samples carry boxes; each label's id in the source (COCO's category ids,
+  // which predictions are written back in; empty when labels are the ids); the image's
+  // width and height by index without reading it (false when the source cannot say), which
+  // batches grouped by aspect ratio use; and what the source did with bad boxes.
+  virtual bool has_boxes() const { return false; }
+  virtual std::vector<int64_t> category_ids() const { return {}; }
+  virtual bool image_size(int64_t index, int* width, int* height) const { return false; }
+  virtual BoxCounts box_counts() const { return {}; }
+  // Whether decoding applies a JPEG's EXIF orientation to this source's images (with
+  // data.exif_orientation): false where the boxes are in the stored pixels' frame, as COCO's
+  // are (torchvision and pycocotools read the images through PIL, which does not rotate).
+  virtual bool exif_orientation() const { return true; }
 };
 
 // A folder with one sub-folder per class; classes and files in sorted (byte) order, so labels
@@ -87,9 +116,30 @@ std::unique_ptr<SampleSource> subset_evenly(std::shared_ptr<const SampleSource> 
 // braceexpand ("s3://b/train-{000000..000127}.tar"). bad_input for a malformed pattern.
 std::vector<std::string> expand_shard_list(const std::string& list);
 
+// A COCO instances file (images, annotations, categories; torchvision's CocoDetection over
+// `images_root`): samples in increasing image id, as CocoDetection's sorted ids; each image's
+// annotations in file order, xywh → xyxy in float32 as tv_tensors converts them; categories
+// sorted by id become labels 0 … K-1 (category_ids() maps them back); iscrowd kept; an image
+// without annotations is a background sample. The images are at options.images_root, else
+// beside the file, else in COCO's layout (annotations/instances_<split>.json → <split>/).
+// bad_input naming the file and the annotation id: an annotation whose image or category is
+// not listed, a bad box under data.bad_boxes = "refuse", more than options.boxes.max_boxes boxes
+// on one image, a field of the wrong type.
+std::unique_ptr<SampleSource> open_coco(const std::string& json_path, const SourceOptions& options);
+
+// A YOLO label folder as ultralytics and YOLOX users keep it: `images_dir` (…/images/<split>)
+// holds the images (torchvision's IMG_EXTENSIONS, in path order), …/labels/<split> one .txt per
+// image with lines "class cx cy w h" normalised to the image; no .txt, or an empty one, is a
+// background image. Boxes become xyxy pixels with the image's size (read from its header);
+// class names from classes.txt beside the images or labels folder (one per line), else numbered.
+// bad_input naming the file and line: a line without 5 columns, a value that is no number, a
+// class outside the names.
+std::unique_ptr<SampleSource> open_yolo(const std::string& images_dir, const SourceOptions& options);
+
 // Detects what `path` is — an image folder, an LMDB folder, a tar shard (or a comma-separated
 // list / brace pattern "train-{000000..000009}.tar"), a packed index (file or folder holding
-// index.crpk) — and opens it. Throws bad_input saying what was found.
-std::unique_ptr<SampleSource> open_samples(const std::string& path);
+// index.crpk), a COCO instances .json, a YOLO images folder with its labels folder — and opens
+// it. Throws bad_input saying what was found.
+std::unique_ptr<SampleSource> open_samples(const std::string& path, const SourceOptions& options = {});
 
 }  // namespace crucible::data

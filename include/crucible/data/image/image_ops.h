@@ -33,6 +33,9 @@ void adjust_brightness(ImageRef image, double factor);
 void adjust_saturation(ImageRef image, double factor);
 // adjust_contrast(image, factor): blend with the mean of floor(grayscale).
 void adjust_contrast(ImageRef image, double factor);
+// adjust_hue(image, hue_factor): rgb → hsv in float32 (levels × 1/255), hue + factor modulo 1,
+// hsv → rgb, × 255.999 truncated; -0.5 <= hue_factor <= 0.5 (no-op on one channel).
+void adjust_hue(ImageRef image, double hue_factor);
 // adjust_sharpness(image, factor): blend with the rounded 3×3 (1,1,1;1,5,1;1,1,1)/13 blur inside
 // a one-pixel border, which stays as it is.
 void adjust_sharpness(ImageRef image, double factor);

@@ -84,6 +84,16 @@ struct Batch {
   int64_t target_width = 0;          // multi-label data: targets per sample (the classes); else 0
   std::vector<float> targets;        // [size, target_width] 0–1 targets (empty when target_width is 0)
   std::vector<std::string> skipped;  // "name: reason" of samples left out (skip policy)
+  // Detection (SamplePipeline::detection; labels are -1): the batch's images padded to `spec`'s
+  // height and width (collate.h), each image's own [height, width] before padding ([size, 2]),
+  // its id in the source ([size]; COCO's image id), and the boxes packed: [total, 4] xyxy pixels,
+  // their labels and crowd flags ([total]), and where each image's boxes begin ([size + 1]).
+  bool detection = false;
+  std::vector<int64_t> image_sizes, image_ids;
+  std::vector<float> boxes;
+  std::vector<int64_t> box_labels;
+  std::vector<uint8_t> box_crowd;
+  std::vector<int64_t> box_offsets;
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
 };
 
@@ -134,6 +144,8 @@ class Loader {
 
   void schedule_locked();  // requires mu_
   Batch build(int64_t epoch, int64_t index, const std::vector<int64_t>& order, const std::vector<int64_t>& copies) const;
+  Batch build_detection(int64_t epoch, int64_t index, const std::vector<int64_t>& order,
+                        const std::vector<int64_t>& copies) const;
   void cancel_and_wait();
 
   std::shared_ptr<const SamplePipeline> pipeline_;

@@ -18,9 +18,19 @@
 #include "crucible/data/formats/sample_source.h"
 #include "crucible/data/transforms/sample_transform.h"
 #include "crucible/data/formats/source.h"
+#include "crucible/data/transforms/detection.h"
 #include "crucible/data/transforms/transform.h"
 
 namespace crucible::data {
+
+// How a detection pipeline's images make a batch (collate.h): padded at the bottom and right to
+// the batch's largest height and width, rounded up to a multiple of size_divisible; or all of
+// one fixed size. pad_value fills the padding.
+struct DetectionBatchLayout {
+  int size_divisible = 32;
+  int fixed_width = 0, fixed_height = 0;
+  uint8_t pad_value = 0;
+};
 
 class SamplePipeline {
  public:
@@ -47,6 +57,16 @@ class SamplePipeline {
   // sample `index`'s targets into `dst` ([target_width()] floats).
   virtual int64_t target_width() const { return 0; }
   virtual void copy_targets(int64_t index, float* dst) const {}
+  // Detection (detection_pipeline.h): samples of their own sizes with boxes, which the loader
+  // collates (collate.h) instead of calling produce(). produce_detection gives sample `index` as
+  // seen in `epoch` and its image id in the source; bad input as produce() throws it.
+  virtual bool detection() const { return false; }
+  virtual DetectionImage produce_detection(int64_t index, int64_t epoch, int64_t* image_id) const;
+  virtual DetectionBatchLayout batch_layout() const { return {}; }
+  // SampleSource::category_ids and classes: each label's id in the source (COCO's category ids),
+  // and its name; empty when the pipeline does not say.
+  virtual std::vector<int64_t> category_ids() const { return {}; }
+  virtual std::vector<std::string> class_names() const { return {}; }
   // D11: the reads and cache lookups of every produce() so far.
   IoSnapshot io() const { return io_.snapshot(); }
   // The RAM cache (data.cache): "none", "encoded" or "decoded", its budget and what it holds.
