@@ -15,6 +15,15 @@
 #include "crucible/core/error.h"
 #include "crucible/data/transforms/yolox.h"
 
+// The loop is compiled with AVX2 and without, the CPU picking at load time (GCC's target_clones,
+// as image_ops.cpp's FMA loops; same results). Not under clang: its ifunc resolvers run before a
+// sanitizer's runtime is up (the TSan build crashed at load).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CRUCIBLE_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CRUCIBLE_AVX2_CLONES
+#endif
+
 namespace crucible::data::cv4 {
 namespace {
 
@@ -68,7 +77,7 @@ void resize_half(const uint8_t* src, int src_w, int channels, uint8_t* dst, int 
 
 // VResizeLinear<uchar, int, short, FixedPtCast<int, uchar, 22>, VResizeLinearVec_32s8u>: each
 // product shifted down apart, as OpenCV's vector code does.
-__attribute__((target_clones("avx2", "default"))) void vertical_linear(const int* s0, const int* s1, int b0, int b1,
+CRUCIBLE_AVX2_CLONES void vertical_linear(const int* s0, const int* s1, int b0, int b1,
                                                                         uint8_t* d, size_t n) {
   for (size_t x = 0; x < n; ++x) {
     d[x] = static_cast<uint8_t>((((b0 * (s0[x] >> 4)) >> 16) + ((b1 * (s1[x] >> 4)) >> 16) + 2) >> 2);
