@@ -258,6 +258,11 @@ class BatchesTest(unittest.TestCase):
         self.assertIn(f"grouped by aspect ratio into {used} groups (factor 3)", mine["describe"])
         self.assertEqual(len(mine["order"]), 101 // 8 * 8)
 
+
+
+class RefusalsTest(unittest.TestCase):
+    """Needs no reference: what crucible refuses, and the factor that turns grouping off."""
+
     def test_refusals(self):
         with self.assertRaisesRegex(ValueError, "aspect_ratio_group_factor"):
             _native.grouped_batches([1.0] * 10, -2, 2)
