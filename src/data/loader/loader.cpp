@@ -228,6 +228,21 @@ std::optional<Batch> Loader::next() {
   return std::move(slot.batch);
 }
 
+namespace {
+
+// D5: a sample that cannot be read fails the batch naming it (the policy "fail", or an error
+// that is not bad input), or is left out under "skip": what the batch's `skipped` then records.
+std::string bad_sample(const Error& e, BadSamplePolicy policy, int64_t id, int64_t epoch, int64_t index) {
+  if (policy == BadSamplePolicy::kFail || e.kind() != ErrorKind::kBadInput) {
+    throw Error(e.kind(), fmt::format("bad sample {} (epoch {}, batch {}): {}; set data.bad_samples = \"skip\" "
+                                      "to leave such samples out",
+                                      id, epoch, index, e.what()));
+  }
+  return e.what();
+}
+
+}  // namespace
+
 Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& order,
                     const std::vector<int64_t>& copies) const {
   if (pipeline_->detection()) return build_detection(epoch, index, order, copies);
@@ -263,12 +278,7 @@ Batch Loader::build(int64_t epoch, int64_t index, const std::vector<int64_t>& or
         pipeline_->copy_targets(id, b.targets.data() + b.targets.size() - static_cast<size_t>(b.target_width));
       }
     } catch (const Error& e) {
-      if (options_.bad_samples == BadSamplePolicy::kFail || e.kind() != ErrorKind::kBadInput) {
-        throw Error(e.kind(), fmt::format("bad sample {} (epoch {}, batch {}): {}; set data.bad_samples = \"skip\" "
-                                          "to leave such samples out",
-                                          id, epoch, index, e.what()));
-      }
-      b.skipped.push_back(e.what());
+      b.skipped.push_back(bad_sample(e, options_.bad_samples, id, epoch, index));
     }
   }
   b.pixels.resize(b.labels.size() * sample_bytes);
@@ -299,12 +309,7 @@ Batch Loader::build_detection(int64_t epoch, int64_t index, const std::vector<in
       b.sample_ids.push_back(id);
       if (!copies.empty()) b.copies.push_back(copy);
     } catch (const Error& e) {
-      if (options_.bad_samples == BadSamplePolicy::kFail || e.kind() != ErrorKind::kBadInput) {
-        throw Error(e.kind(), fmt::format("bad sample {} (epoch {}, batch {}): {}; set data.bad_samples = \"skip\" "
-                                          "to leave such samples out",
-                                          id, epoch, index, e.what()));
-      }
-      b.skipped.push_back(e.what());
+      b.skipped.push_back(bad_sample(e, options_.bad_samples, id, epoch, index));
     }
   }
   collate_detection(images, pipeline_->batch_layout(), options_.channels_first, options_.allocate, &b);
