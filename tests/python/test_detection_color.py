@@ -30,7 +30,7 @@ import torch
 import crucible
 from crucible import _native
 from oracle import TF2, TV2, needs_v2
-from test_distributions import chi2_2samp, ks_2samp
+from test_distributions import LawTest
 
 P_MIN = 1e-6
 MAX_COMPARISONS = 12
@@ -207,21 +207,9 @@ def naive_shuffle(rng):
 
 
 @needs_v2("RandomPhotometricDistort's draws against v2's make_params")
-class PhotometricDistortLawTest(unittest.TestCase):
+class PhotometricDistortLawTest(LawTest):
     N = 20000
-
-    def same_law(self, label, mine, tv, test):
-        p = ks_2samp(mine, tv)[1] if test == "ks" else chi2_2samp(mine, tv)[2]
-        _COMPARED.append((label, p))
-        print(f"  {label}: {test} p = {p:.3g} (crucible n = {len(mine)}, torchvision n = {len(tv)})")
-        with self.subTest(comparison=label):
-            self.assertGreater(p, P_MIN, f"{label}: crucible's draws do not follow torchvision's law (p = {p:.3g})")
-
-    def rejects(self, label, planted, tv, test):
-        p = ks_2samp(planted, tv)[1] if test == "ks" else chi2_2samp(planted, tv)[2]
-        print(f"    power: {label}: {test} p = {p:.3g} (n = {len(planted)})")
-        with self.subTest(power=label):
-            self.assertLess(p, P_MIN, f"{label}: the comparison cannot tell the wrong sampler apart (p = {p:.3g})")
+    compared = _COMPARED  # this module's family of comparisons
 
     def run_laws(self, name, kwargs, settings, seed):
         mine = crucible_draws(self.N, seed, settings)

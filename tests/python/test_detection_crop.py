@@ -40,7 +40,7 @@ import torch
 import crucible
 from crucible import _native
 from oracle import TV2, needs_v2
-from test_distributions import P_MIN, Spy, chi2_2samp, ks_2samp, seeded
+from test_distributions import P_MIN, LawTest, Spy, seeded
 
 if TV2 is not None:
     from torchvision import tv_tensors
@@ -327,23 +327,8 @@ class SettingsTest(unittest.TestCase):
 
 # ---- the laws ------------------------------------------------------------------------------------------
 
-class LawCase(unittest.TestCase):
-    def _p(self, test, x, y):
-        return ks_2samp(x, y)[1] if test == "ks" else chi2_2samp(x, y)[2]
-
-    def same_law(self, label, ours, theirs, test):
-        self.assertTrue(len(ours) and len(theirs), f"{label}: an empty sample")
-        p = self._p(test, ours, theirs)
-        _COMPARED.append((label, p))
-        print(f"  {label}: {test} p = {p:.3g} (crucible n = {len(ours)}, torchvision n = {len(theirs)})")
-        with self.subTest(comparison=label):
-            self.assertGreater(p, P_MIN, f"{label}: crucible's draws do not follow torchvision's law (p = {p:.3g})")
-
-    def rejects(self, label, planted, theirs, test):
-        p = self._p(test, planted, theirs)
-        print(f"    power: {label}: {test} p = {p:.3g} (n = {len(planted)})")
-        with self.subTest(power=label):
-            self.assertLess(p, P_MIN, f"{label}: the comparison cannot tell the wrong sampler apart (p = {p:.3g})")
+class LawCase(LawTest):
+    compared = _COMPARED  # this module's family of comparisons
 
 
 def summary(option, rounds, crop, within):

@@ -34,7 +34,7 @@ import numpy as np
 
 from crucible import _native
 from oracle import needs_module
-from test_distributions import chi2_2samp, ks_2samp
+from test_distributions import LawTest
 
 try:
     import cv2  # noqa: F401  (yolox's own OpenCV)
@@ -219,22 +219,9 @@ class Exact(unittest.TestCase):
                                       f"{mine[tuple(bad[0])] if len(bad) else ''} vs {theirs[tuple(bad[0])] if len(bad) else ''}")
 
 
-class Law(unittest.TestCase):
-    def _p(self, test, x, y):
-        return ks_2samp(x, y)[1] if test == "ks" else chi2_2samp(x, y)[2]
-
-    def same_law(self, label, mine, theirs, test):
-        p = self._p(test, mine, theirs)
-        _COMPARED.append((label, p))
-        print(f"  {label}: {test} p = {p:.3g} (crucible n = {len(mine)}, yolox n = {len(theirs)})")
-        with self.subTest(comparison=label):
-            self.assertGreater(p, P_MIN, f"{label}: crucible's draws do not follow yolox's law (p = {p:.3g})")
-
-    def rejects(self, label, planted, theirs, test):
-        p = self._p(test, planted, theirs)
-        print(f"    power: {label}: {test} p = {p:.3g} (n = {len(planted)})")
-        with self.subTest(power=label):
-            self.assertLess(p, P_MIN, f"{label}: the comparison cannot tell the wrong sampler apart (p = {p:.3g})")
+class Law(LawTest):
+    compared = _COMPARED  # this module's family of comparisons
+    oracle = "yolox"
 
 
 # ---- letterbox and pull_item: OpenCV's resize ----------------------------------------------------

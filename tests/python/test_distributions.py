@@ -117,6 +117,12 @@ def chi2_2samp(a, b, pool=40):
 
 
 class LawTest(unittest.TestCase):
+    """The two-sample comparison every law test makes (the detection tests' too): a subclass in
+    another module sets `compared` to its own module's list (its family false-alarm bound) and
+    `oracle` to what it compares with."""
+    compared = _COMPARED
+    oracle = "torchvision"
+
     def _p(self, test, x, y):
         if test == "ks":
             return ks_2samp(x, y)[1]
@@ -126,10 +132,10 @@ class LawTest(unittest.TestCase):
         """crucible's sample `ours` and torchvision's `theirs` must not differ at P_MIN."""
         self.assertTrue(len(ours) and len(theirs), f"{label}: an empty sample")
         p = self._p(test, ours, theirs)
-        _COMPARED.append((label, p))
-        print(f"  {label}: {test} p = {p:.3g} (crucible n = {len(ours)}, torchvision n = {len(theirs)})")
+        self.compared.append((label, p))
+        print(f"  {label}: {test} p = {p:.3g} (crucible n = {len(ours)}, {self.oracle} n = {len(theirs)})")
         with self.subTest(comparison=label):  # the test goes on, so that every comparison is printed
-            self.assertGreater(p, P_MIN, f"{label}: crucible's draws do not follow torchvision's law (p = {p:.3g})")
+            self.assertGreater(p, P_MIN, f"{label}: crucible's draws do not follow {self.oracle}'s law (p = {p:.3g})")
 
     def rejects(self, label, planted, theirs, test):
         """The power of the same comparison: a planted wrong sampler must be told apart at P_MIN."""

@@ -88,7 +88,7 @@ DetectionHorizontalFlip::DetectionHorizontalFlip(double p) : p_(p) {
 }
 
 void DetectionHorizontalFlip::apply(DetectionImage& s, SampleRng& rng) const {
-  const DetectionOp& op = detection_op_registry().get("horizontal_flip", "detection op").factory;
+  static const DetectionOp& op = detection_op_registry().get("horizontal_flip", "detection op").factory;  // once
   op.apply(s, op.draw(s, rng, {{"p", {p_}}}));
 }
 

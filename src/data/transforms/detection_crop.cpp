@@ -335,7 +335,7 @@ RandomIoUCrop::RandomIoUCrop(detection::IoUCropOptions options) : settings_(iou_
 }
 
 void RandomIoUCrop::apply(DetectionImage& s, SampleRng& rng) const {
-  const DetectionOp& op = detection_op_registry().get("random_iou_crop", "detection op").factory;
+  static const DetectionOp& op = detection_op_registry().get("random_iou_crop", "detection op").factory;  // once
   op.apply(s, op.draw(s, rng, settings_));
 }
 
@@ -350,7 +350,7 @@ RandomZoomOut::RandomZoomOut(detection::ZoomOutOptions options) : settings_(zoom
 }
 
 void RandomZoomOut::apply(DetectionImage& s, SampleRng& rng) const {
-  const DetectionOp& op = detection_op_registry().get("random_zoom_out", "detection op").factory;
+  static const DetectionOp& op = detection_op_registry().get("random_zoom_out", "detection op").factory;  // once
   op.apply(s, op.draw(s, rng, settings_));
 }
 

@@ -188,8 +188,7 @@ DetectionOp fixed_size_crop_op() {
 namespace {
 
 // A transform's apply: its registered op's draw, then its apply with the draws and the settings.
-void draw_then_apply(const char* name, DetectionImage& s, SampleRng& rng, const DetectionParams& settings) {
-  const DetectionOp& op = detection_op_registry().get(name, "detection op").factory;
+void draw_then_apply(const DetectionOp& op, DetectionImage& s, SampleRng& rng, const DetectionParams& settings) {
   DetectionParams params = op.draw(s, rng, settings);
   params.insert(settings.begin(), settings.end());  // draws first: a drawn key wins
   op.apply(s, params);
@@ -208,7 +207,8 @@ ScaleJitter::ScaleJitter(int target_width, int target_height, double scale_lo, d
 }
 
 void ScaleJitter::apply(DetectionImage& s, SampleRng& rng) const {
-  draw_then_apply("scale_jitter", s, rng,
+  static const DetectionOp& op = detection_op_registry().get("scale_jitter", "detection op").factory;  // once
+  draw_then_apply(op, s, rng,
                   {{"target_size", {double(target_width_), double(target_height_)}}, {"scale_range", {scale_lo_, scale_hi_}}});
 }
 
@@ -226,7 +226,8 @@ RandomShortestSize::RandomShortestSize(std::vector<int> min_sizes, int max_size)
 }
 
 void RandomShortestSize::apply(DetectionImage& s, SampleRng& rng) const {
-  draw_then_apply("random_shortest_size", s, rng,
+  static const DetectionOp& op = detection_op_registry().get("random_shortest_size", "detection op").factory;  // once
+  draw_then_apply(op, s, rng,
                   {{"min_size", std::vector<double>(min_sizes_.begin(), min_sizes_.end())}, {"max_size", {double(max_size_)}}});
 }
 
@@ -242,7 +243,8 @@ FixedSizeCrop::FixedSizeCrop(int height, int width, std::vector<double> fill)
 }
 
 void FixedSizeCrop::apply(DetectionImage& s, SampleRng& rng) const {
-  draw_then_apply("fixed_size_crop", s, rng, {{"size", {double(height_), double(width_)}}, {"fill", fill_}});
+  static const DetectionOp& op = detection_op_registry().get("fixed_size_crop", "detection op").factory;  // once
+  draw_then_apply(op, s, rng, {{"size", {double(height_), double(width_)}}, {"fill", fill_}});
 }
 
 std::string FixedSizeCrop::describe() const { return fmt::format("fixed size crop {}x{}", width_, height_); }
