@@ -45,7 +45,9 @@ CLI::App* add_bench_loader(CLI::App& bench, BenchLoaderArgs& a) {
                   "after this many batches of the first epoch, drop the loader and resume a new one from the saved "
                   "position (the digest must not change)");
   cmd->add_flag("--eval", a.eval, "evaluation transforms (resize + centre crop) instead of training ones");
-  cmd->add_flag("--digest", a.digest, "SHA-256 over every batch's pixels and labels, in order");
+  cmd->add_flag("--digest", a.digest,
+                "SHA-256 over every batch's pixels and labels, in order (a detection batch's: its images' sizes and "
+                "ids, boxes, box labels and crowd flags too)");
   cmd->add_flag("--json", a.json,
                 "print one JSON object as the last line (with `settings`, every [data] key's value, and "
                 "`not_applied`, the keys given that a loader run does not apply, with why)");
@@ -116,7 +118,10 @@ int run_bench_decode(const BenchDecodeArgs& a) {
 CLI::App* add_pack(CLI::App& app, PackArgs& a) {
   CLI::App* cmd = app.add_subcommand(
       "pack", "copy samples into page-aligned, memory-mappable shards with an index (D1, D11)");
-  cmd->add_option("src", a.src, "an image folder, tar shard(s), an LMDB folder or a packed index")->required();
+  cmd->add_option("src", a.src,
+                  "an image folder, tar shard(s), an LMDB folder, a packed index, or a detection set: a COCO "
+                  "instances .json or a YOLO images folder (packed with each image's boxes as a JSON target)")
+      ->required();
   cmd->add_option("dst", a.dst, "output folder (index.crpk + shard files), or an LMDB folder with --lmdb")->required();
   auto* re = cmd->add_flag("--reencode", a.reencode, "re-encode as JPEG, no side longer than --max-side");
   auto* raw = cmd->add_flag("--raw", a.raw, "store decoded RGB pixels (no decoding when training)");
@@ -128,6 +133,10 @@ CLI::App* add_pack(CLI::App& app, PackArgs& a) {
   cmd->add_option("--threads", a.threads, "worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--shard-mb", a.shard_mb, "shard size in MiB (fractions too: 0.25 = 256 KiB)")->check(CLI::PositiveNumber);
   cmd->add_option("--align", a.align, "sample alignment in bytes (power of two, >= 64)");
+  cmd->add_option("--set", a.overrides,
+                  "a [data] key for opening the source, e.g. --set data.images_root=coco/train2017 or "
+                  "--set data.bad_boxes=refuse (a detection set's boxes are packed as that policy leaves them)")
+      ->type_name("KEY=VALUE");
   return cmd;
 }
 
@@ -179,6 +188,21 @@ nlohmann::ordered_json say_not_applied(const BenchLoaderArgs& a, const data::Dat
     out[key] = why;
   }
   return out;
+}
+
+// --digest: a batch's pixels and labels; a detection batch's targets too (each image's size and
+// id, its boxes, labels and crowd flags).
+void digest_batch(const data::Batch& batch, Sha256* digest) {
+  auto bytes = [&](const auto& v) { digest->update(v.data(), v.size() * sizeof(v[0])); };
+  digest->update(batch.pixels.data(), batch.pixels.size());
+  bytes(batch.labels);
+  if (!batch.detection) return;
+  bytes(batch.image_sizes);
+  bytes(batch.image_ids);
+  bytes(batch.boxes);
+  bytes(batch.box_labels);
+  bytes(batch.box_crowd);
+  bytes(batch.box_offsets);
 }
 
 // The order training visits (data.sampler), or evaluation's sequential one.
@@ -242,10 +266,7 @@ int run_bench_loader(const BenchLoaderArgs& a) {
       ++batches;
       images += batch->size();
       if (timing) timed_images += batch->size();
-      if (a.digest) {
-        digest.update(batch->pixels.data(), batch->pixels.size());
-        digest.update(batch->labels.data(), batch->labels.size() * sizeof(int64_t));
-      }
+      if (a.digest) digest_batch(*batch, &digest);
       if (!timing && batches == warmup) {
         timing = true;
         clock_start = std::chrono::steady_clock::now();
@@ -280,7 +301,11 @@ int run_bench_loader(const BenchLoaderArgs& a) {
 }
 
 int run_pack(const PackArgs& a) {
-  auto source = data::open_data_path(a.src, data::DataConfig{}, false);
+  data::DataSettings settings("pack", "--set");
+  for (const auto& o : a.overrides) settings.set(o);
+  // A local source opens as a training split, so that data.images_root is where a COCO file's
+  // images are; a remote one as an evaluation split, read in order without a training window ahead.
+  auto source = data::open_data_path(a.src, settings.data(), /*train=*/!data::is_remote_path(a.src));
   if (a.lmdb) {
     data::write_lmdb(*source, a.dst);
     log_info("{} → {} (LMDB): {} samples", a.src, a.dst, source->size());

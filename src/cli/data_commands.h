@@ -30,6 +30,7 @@ struct PackArgs {
   int max_side = 0, quality = 90, threads = 0;
   double shard_mb = 1024;
   int64_t align = 4096;
+  std::vector<std::string> overrides;  // --set data.KEY=VALUE: how the source is opened
 };
 
 struct BenchDecodeArgs {

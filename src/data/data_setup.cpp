@@ -221,8 +221,7 @@ std::shared_ptr<const data::SampleSource> open_detection_split(const DataConfig&
   const std::string& path = train ? c.train_path : c.test_path;
   const char* key = train ? "data.train_path" : "data.test_path";
   if (path.empty()) throw bad_input("data.dataset = \"detection\" needs {} (a COCO instances .json or a YOLO images folder)", key);
-  if (is_remote_path(path)) throw bad_input("{} = {}: detection sets are read from local files for now", key, path);
-  std::shared_ptr<const data::SampleSource> s = open_samples(path, detection_source_options(c, train));
+  std::shared_ptr<const data::SampleSource> s = open_data_path(path, c, train);  // remote: a packed detection set
   return take_samples(std::move(s), train ? c.train_samples : c.test_samples,
                       train ? "data.train_samples" : "data.test_samples", path);
 }
@@ -292,6 +291,7 @@ RemoteSourceOptions remote_source_options(const DataConfig& c, bool train) {
   }
   o.cache_bytes = c.cache_bytes;
   o.io_threads = static_cast<int>(c.io_threads);
+  o.boxes = detection_source_options(c, train).boxes;  // a packed detection set's targets
   // The global order reads a window of shards at a time, all of them until its end: keep it
   // pinned and fetch the whole next window meanwhile (at least the I/O threads' worth), or the
   // next window's first batch waits for its shards. It works with one shard beyond the window.

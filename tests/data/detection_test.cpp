@@ -11,6 +11,8 @@
 #include <random>
 
 #include "crucible/core/error.h"
+#include "crucible/data/formats/json_target.h"
+#include "crucible/data/formats/pack.h"
 #include "crucible/data/formats/sample_source.h"
 #include "crucible/data/image/decode.h"
 #include "crucible/data/loader/collate.h"
@@ -332,6 +334,251 @@ TEST(DetectionLoader, BatchesAreTheSameForAnyThreadCountAndResumedMidEpoch) {
   const auto resumed = epoch_batches(pipeline, 3, 1, 2);
   EXPECT_EQ(resumed, std::vector<std::string>(one.begin() + 2, one.end()));
   EXPECT_NE(epoch_batches(pipeline, 2, 2, 0), one);  // another epoch: another order and other flips
+}
+
+// ---- per-sample JSON targets: packed sets and WebDataset shards ------------------------------
+
+// A COCO set with what every source must carry over: background images, a crowd box, a box
+// that overhangs its image (clamped), fractional coordinates, non-contiguous category ids.
+std::string varied_coco(const TempDir& dir) {
+  std::vector<std::tuple<int64_t, int, int>> images;
+  json anns = json::array();
+  std::mt19937 gen(11);
+  for (int64_t i = 0; i < 12; ++i) {
+    const int w = 24 + static_cast<int>(gen() % 50), h = 24 + static_cast<int>(gen() % 50);
+    images.emplace_back(500 - 7 * i, w, h);
+    for (int k = 0; k < static_cast<int>(i % 5); ++k) {
+      anns.push_back(ann(i * 10 + k, 500 - 7 * i, std::vector<int>{7, 1, 3}[k % 3],
+                         {k + 0.25, k * 1.5, w / 3.0, h / 2.7}, k == 3 ? 1 : 0));
+    }
+  }
+  anns.push_back(ann(999, 500, 3, {10, 10, 100, 5}));  // past the right edge: clamped
+  return write_coco(dir, images, anns);
+}
+
+std::string bytes_of(const EncodedSample& s) { return std::string(reinterpret_cast<const char*>(s.data), s.size); }
+
+// Sample by sample: the same bytes, image id, size, boxes (bit for bit), labels, crowd flags and
+// annotation ids; the same classes, category ids and box counts.
+void expect_same_detection_set(const SampleSource& want, const SampleSource& got) {
+  ASSERT_TRUE(got.has_boxes()) << got.describe();
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(got.classes(), want.classes());
+  EXPECT_EQ(got.category_ids(), want.category_ids());
+  EXPECT_EQ(got.exif_orientation(), want.exif_orientation());
+  for (int64_t i = 0; i < want.size(); ++i) {
+    const EncodedSample a = want.get(i), b = got.get(i);
+    EXPECT_EQ(bytes_of(b), bytes_of(a)) << b.name;
+    EXPECT_EQ(b.image_id, a.image_id) << b.name;
+    EXPECT_EQ(b.width, a.width) << b.name;
+    EXPECT_EQ(b.height, a.height) << b.name;
+    ASSERT_NE(b.boxes, nullptr) << b.name;
+    EXPECT_EQ(b.boxes->xyxy, a.boxes->xyxy) << b.name;
+    EXPECT_EQ(b.boxes->labels, a.boxes->labels) << b.name;
+    EXPECT_EQ(b.boxes->iscrowd, a.boxes->iscrowd) << b.name;
+    EXPECT_EQ(b.boxes->ids, a.boxes->ids) << b.name;
+    int w = 0, h = 0;
+    ASSERT_TRUE(got.image_size(i, &w, &h));
+    EXPECT_EQ(w, a.width);
+    EXPECT_EQ(h, a.height);
+  }
+}
+
+TEST(DetectionShards, APackedCocoSetReadsAsItsCocoFileSampleBySample) {
+  TempDir dir;
+  const auto coco = open_coco(varied_coco(dir), {});
+  ASSERT_EQ(coco->box_counts().clamped, 1);
+  PackOptions o;
+  o.validate = true;  // every image decoded, its size checked against its annotations' (D17)
+  o.threads = 3;
+  o.shard_bytes = 8192;  // several shards, each target right after its image
+  const PackReport r = pack_samples(*coco, dir / "packed", o);
+  EXPECT_TRUE(r.bad.empty());
+  EXPECT_GE(r.files.size(), 3u);
+  const auto packed = open_samples(dir / "packed");
+  expect_same_detection_set(*coco, *packed);
+  EXPECT_EQ(packed->box_counts().kept, coco->box_counts().kept);  // what the pack's policy did, kept with the set
+  EXPECT_EQ(packed->box_counts().clamped, 1);
+  EXPECT_NE(packed->describe().find("detection targets"), std::string::npos) << packed->describe();
+  // The same batches through the detection pipeline, whatever the source.
+  auto from_coco = std::make_shared<DetectionPipeline>(open_coco(dir / "instances.json", {}), flip_options(0.5));
+  auto from_pack = std::make_shared<DetectionPipeline>(open_samples(dir / "packed"), flip_options(0.5));
+  EXPECT_EQ(epoch_batches(from_pack, 2, 0, 0), epoch_batches(from_coco, 2, 0, 0));
+}
+
+TEST(DetectionShards, AReencodedPackScalesTheBoxesWithTheImage) {
+  TempDir dir;
+  const auto coco = open_coco(varied_coco(dir), {});
+  PackOptions o;
+  o.mode = PackOptions::Mode::kReencode;
+  o.max_side = 32;
+  pack_samples(*coco, dir / "small", o);
+  const auto small = open_samples(dir / "small");
+  ASSERT_TRUE(small->has_boxes());
+  for (int64_t i = 0; i < coco->size(); ++i) {
+    const EncodedSample a = coco->get(i), b = small->get(i);
+    const ImageInfo info = probe_image(b.data, b.size, b.name, false);
+    EXPECT_EQ(info.width, b.width) << b.name;  // the record's size is the stored image's
+    EXPECT_EQ(info.height, b.height) << b.name;
+    EXPECT_EQ(std::max(b.width, b.height), std::max(a.width, a.height) > 32 ? 32 : std::max(a.width, a.height));
+    const float sx = static_cast<float>(b.width) / static_cast<float>(a.width);
+    const float sy = static_cast<float>(b.height) / static_cast<float>(a.height);
+    ASSERT_EQ(b.boxes->size(), a.boxes->size());
+    for (size_t k = 0; k < a.boxes->size(); ++k) {
+      EXPECT_EQ(b.boxes->xyxy[4 * k], a.boxes->xyxy[4 * k] * sx) << b.name;
+      EXPECT_EQ(b.boxes->xyxy[4 * k + 3], a.boxes->xyxy[4 * k + 3] * sy) << b.name;
+    }
+  }
+}
+
+// A WebDataset shard written by Python's tarfile: for each COCO sample, <key>.jpg and <key>.json
+// (json_target's object; `sizes` false leaves width and height out, for the header to say).
+void write_detection_shard(const SampleSource& coco, const std::string& shard, bool sizes, int64_t first, int64_t end) {
+  json samples = json::array();
+  for (int64_t i = first; i < end; ++i) {
+    const EncodedSample s = coco.get(i);
+    json t = json::parse(json_target(*s.boxes, s.image_id, sizes ? s.width : 0, sizes ? s.height : 0));
+    std::string hex;
+    for (size_t k = 0; k < s.size; ++k) hex += fmt::format("{:02x}", s.data[k]);
+    samples.push_back({{"key", fmt::format("img{:04d}", i)}, {"jpg", hex}, {"json", t.dump()}});
+  }
+  const std::string spec = std::filesystem::path(shard).parent_path().string() + "/spec.json";
+  std::ofstream(spec) << samples.dump();
+  test::run_python(R"(
+import io, json, tarfile
+with open()" + json(spec).dump() + R"() as f:
+    samples = json.load(f)
+with tarfile.open()" + json(shard).dump() + R"(, "w", format=tarfile.GNU_FORMAT) as t:
+    for s in samples:
+        for ext, data in (("jpg", bytes.fromhex(s["jpg"])), ("json", s["json"].encode()),
+                          ("txt", b"a caption")):
+            ti = tarfile.TarInfo(s["key"] + "." + ext)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+)");
+}
+
+TEST(DetectionShards, WebDatasetShardsWithJsonTargetsReadAsTheCocoFile) {
+  TempDir dir;
+  const auto coco = open_coco(varied_coco(dir), {});
+  // Targets already clamped by the COCO source: the shards' boxes are all inside.
+  write_detection_shard(*coco, dir / "det-0.tar", /*sizes=*/true, 0, 5);
+  write_detection_shard(*coco, dir / "det-1.tar", /*sizes=*/false, 5, coco->size());
+  const auto shards = open_samples(dir / "det-{0..1}.tar");
+  // Labels are the targets' class indices (no category ids) and the names are numbered.
+  ASSERT_TRUE(shards->has_boxes());
+  EXPECT_EQ(shards->classes(), (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_TRUE(shards->category_ids().empty());
+  EXPECT_FALSE(shards->exif_orientation());
+  for (int64_t i = 0; i < coco->size(); ++i) {
+    const EncodedSample a = coco->get(i), b = shards->get(i);
+    EXPECT_EQ(bytes_of(b), bytes_of(a)) << b.name;
+    EXPECT_EQ(b.name, std::string(dir / fmt::format("det-{}.tar", i < 5 ? 0 : 1)) + fmt::format(":img{:04d}", i));
+    EXPECT_EQ(b.image_id, a.image_id);
+    EXPECT_EQ(b.width, a.width) << b.name;  // from the JSON, or from the image's header
+    EXPECT_EQ(b.height, a.height) << b.name;
+    EXPECT_EQ(b.boxes->xyxy, a.boxes->xyxy) << b.name;
+    EXPECT_EQ(b.boxes->labels, a.boxes->labels) << b.name;
+    EXPECT_EQ(b.boxes->iscrowd, a.boxes->iscrowd) << b.name;
+  }
+  // The sidecar records where the targets are: a second open reads them from it.
+  const auto again = open_samples(dir / "det-{0..1}.tar");
+  EXPECT_NE(again->describe().find("2 read from .idx, 0 built"), std::string::npos) << again->describe();
+  for (int64_t i = 0; i < coco->size(); ++i) EXPECT_EQ(again->get(i).boxes->xyxy, shards->get(i).boxes->xyxy);
+  // And the shards pack into a detection set like any other source.
+  pack_samples(*again, dir / "packed", {});
+  expect_same_detection_set(*again, *open_samples(dir / "packed"));
+}
+
+TEST(DetectionShards, AJsonWithoutBoxesIsMetadataAndAClassificationShardStaysOne) {
+  TempDir dir;
+  const std::string shard = dir / "cls.tar";
+  write_jpeg(dir / "a.jpg", 8, 8, 1);
+  test::run_python(R"(
+import io, tarfile
+with tarfile.open()" + json(shard).dump() + R"(, "w") as t:
+    for k in range(3):
+        for ext, data in (("jpg", open()" + json(std::string(dir / "a.jpg")).dump() + R"(, "rb").read()),
+                          ("cls", b"%d" % k), ("json", b'{"caption": "a cat", "width": 8}')):
+            ti = tarfile.TarInfo("s%d.%s" % (k, ext))
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+)");
+  const auto s = open_samples(shard);
+  EXPECT_FALSE(s->has_boxes());
+  EXPECT_EQ(s->get(2).label, 2);
+  EXPECT_EQ(s->get(2).boxes, nullptr);
+}
+
+TEST(DetectionShards, BadTargetsAreNamedBySampleAndBoxD15) {
+  TempDir dir;
+  write_jpeg(dir / "a.jpg", 20, 10, 1);
+  const std::string shard = dir / "bad.tar";
+  auto write_shard = [&](const std::vector<std::string>& targets) {
+    std::filesystem::remove(shard + ".idx");
+    json list = targets;
+    test::run_python(R"(
+import io, json, tarfile
+targets = json.loads()" + json(list.dump()).dump() + R"()
+with tarfile.open()" + json(shard).dump() + R"(, "w") as t:
+    for k, target in enumerate(targets):
+        members = [("jpg", open()" + json(std::string(dir / "a.jpg")).dump() + R"(, "rb").read())]
+        if target != "NONE":
+            members.append(("json", target.encode()))
+        for ext, data in members:
+            ti = tarfile.TarInfo("s%d.%s" % (k, ext))
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+)");
+  };
+  auto shard_with = [&](const std::vector<std::string>& targets, const SourceOptions& o = {}) {
+    write_shard(targets);
+    return error_of([&] { open_samples(shard, o); });
+  };
+  const std::string ok = R"({"boxes": [[1, 1, 5, 5]], "labels": [0]})";
+  std::string e = shard_with({ok, R"({"boxes": [[1, 1, 5]], "labels": [0]})"});
+  EXPECT_NE(e.find("bad.tar:s1.json: box 0 should be [x1, y1, x2, y2] (4 finite numbers), found [1,1,5]"),
+            std::string::npos) << e;
+  e = shard_with({R"({"boxes": [[1, 1, 5, 5], [2, 2, 3, 3]], "labels": [0]})"});
+  EXPECT_NE(e.find(R"(s0.json: "labels" should be a list of a class index >= 0 (one per box, 2 boxes), found 1 entries)"),
+            std::string::npos) << e;
+  e = shard_with({R"({"boxes": [[1, 1, 5, 5]], "labels": [-2]})"});
+  EXPECT_NE(e.find(R"(s0.json: box 0: "labels" should be a class index >= 0, found -2)"), std::string::npos) << e;
+  e = shard_with({ok, R"({"boxes": [[1, 1, 5, 5]], "labels": [0], "width": "wide"})"});
+  EXPECT_NE(e.find(R"(s1.json: "width" should be the image's width in pixels)"), std::string::npos) << e;
+  e = shard_with({ok, "NONE"});  // no .json member
+  EXPECT_NE(e.find("bad.tar:s1: the sample has no .json target, but other samples of the set have one"),
+            std::string::npos) << e;
+  SourceOptions refuse;
+  refuse.boxes.bad = BadBoxPolicy::kRefuse;
+  e = shard_with({ok, R"({"boxes": [[1, 1, 5, 5], [15, 2, 25, 8]], "labels": [0, 1]})"}, refuse);
+  EXPECT_NE(e.find("s1.json: box 1: the box (x1 15, y1 2, x2 25, y2 8) reaches outside its image of 20x10 pixels"),
+            std::string::npos) << e;  // the size from the JPEG's header: the JSON gives none
+  SourceOptions few;
+  few.boxes.max_boxes = 1;
+  e = shard_with({R"({"boxes": [[1, 1, 5, 5], [2, 2, 3, 3]], "labels": [0, 0]})"}, few);
+  EXPECT_NE(e.find("s0.json: 2 boxes, more than data.max_boxes = 1"), std::string::npos) << e;
+  // Dropped and clamped boxes are counted, as a COCO file's are.
+  SourceOptions drop;
+  drop.boxes.bad = BadBoxPolicy::kDrop;
+  write_shard({R"({"boxes": [[1, 1, 5, 5], [15, 2, 25, 8], [3, 3, 3, 9]], "labels": [0, 1, 1], "width": 20, "height": 10})"});
+  const auto dropped = open_samples(shard, drop);
+  EXPECT_EQ(dropped->box_counts().kept, 1);
+  EXPECT_EQ(dropped->box_counts().dropped, 2);
+  EXPECT_EQ(dropped->get(0).boxes->size(), 1u);
+}
+
+TEST(DetectionShards, ADamagedPackedDetectionIndexIsNamed) {
+  TempDir dir;
+  pack_samples(*open_coco(varied_coco(dir), {}), dir / "p", {});
+  const std::string index = dir / "p/index.crpk";
+  std::string raw = test::read_text(index);
+  // The last record's target size (u32 at byte 24 of the 40-byte record) set to 0.
+  const size_t at = raw.size() - 40 + 24;
+  for (int k = 0; k < 4; ++k) raw[at + k] = 0;
+  std::ofstream(index, std::ios::binary | std::ios::trunc) << raw;
+  const std::string e = error_of([&] { open_samples(dir / "p"); });
+  EXPECT_NE(e.find("detection sample 11 has a target of 0 bytes"), std::string::npos) << e;
 }
 
 }  // namespace

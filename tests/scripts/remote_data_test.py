@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Remote shards end to end (issues 37, 46): `crucible train` reads WebDataset tar shards and packed
-shards from nginx (HTTP and HTTPS with a certificate the test makes, range requests) and from an
+"""Remote shards end to end (issues 37, 46, 47): `crucible train` reads WebDataset tar shards and packed
+shards (a packed detection set's targets too) from nginx (HTTP and HTTPS with a certificate the test makes, range requests) and from an
 S3 endpoint (moto's server, signatures checked), directly, through redirects and through a fault
 proxy, and must end with the params_sha256 of the same run on the same shards read from local
 disk. Then: the node's cache never exceeds data.cache_bytes; refusals (404, 403, a wrong secret,
@@ -254,6 +254,47 @@ class RemoteDataTest(unittest.TestCase):
         shards = len([n for n in os.listdir(packed) if n.startswith("shard-")])
         self.assertGreaterEqual(shards, 3)
         self.assertEqual(summary("packed-http")["io"]["train"]["remote"]["downloads"], shards)
+
+    def test_a_packed_detection_set_over_http_loads_as_its_coco_file(self):
+        # Issue 47: a COCO set packed with each image's boxes as a JSON target, read over HTTP
+        # with its targets, gives the batches of the COCO file read from disk: images, sizes,
+        # ids, boxes, labels and crowd flags (bench loader's digest covers them all).
+        det = os.path.join(self.local, "det")
+        if not os.path.exists(os.path.join(det, "packed", "index.crpk")):
+            subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make-detection-set"), det,
+                            "--train", "24", "--val", "4", "--seed", "4"], check=True, capture_output=True)
+            p = run([CRUCIBLE, "pack", os.path.join(det, "annotations", "instances_train.json"),
+                     os.path.join(det, "packed"), "--shard-mb", "0.1"])
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+        def digest(data, *extra):
+            r = run([CRUCIBLE, "bench", "loader", "--data", data, "--digest", "--json", "--epochs", "2",
+                     "--batch-size", "4", "--warmup", "0", "--set", "data.detection_preset=lsj",
+                     "--set", "data.lsj_size=96", "--set", f"data.cache_dir={WORK}/cache-det", *extra])
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            return json.loads(r.stdout.strip().splitlines()[-1]), r.stdout + r.stderr
+        local, _ = digest(os.path.join(det, "annotations", "instances_train.json"))
+        remote, log = digest(self.http + "/det/packed/index.crpk")
+        self.assertEqual(remote["digest"], local["digest"])
+        self.assertEqual(remote["images"], 48)
+        self.assertIn("SHA-256 of each shard from the index", log)
+        # data.bad_boxes reaches a remote set's targets: the pack kept the boxes the COCO file's
+        # "clamp" gave (all inside), so "refuse" reads them without complaint and changes nothing.
+        refused, _ = digest(self.http + "/det/packed/index.crpk", "--set", "data.bad_boxes=refuse")
+        self.assertEqual(refused["digest"], local["digest"])
+        # Remote tar shards with targets are refused, naming what to do.
+        with open(os.path.join(det, "train", sorted(os.listdir(os.path.join(det, "train")))[0]), "rb") as f:
+            jpeg = f.read()
+        with tarfile.open(os.path.join(det, "det-0.tar"), "w") as t:
+            for ext, data in (("jpg", jpeg), ("json", b'{"boxes": [], "labels": []}')):
+                ti = tarfile.TarInfo("a." + ext)
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+        r = run([CRUCIBLE, "bench", "loader", "--data", self.http + "/det/det-0.tar", "--set",
+                 f"data.cache_dir={WORK}/cache-det"])
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("det-0.tar: sample a carries a detection target", r.stdout + r.stderr)
+        self.assertIn("crucible pack", r.stdout + r.stderr)
 
     def test_two_ranks_on_one_node_download_each_shard_once(self):
         cache = f"{WORK}/cache-two-ranks"

@@ -23,6 +23,7 @@
 #include "crucible/core/sha256.h"
 #include "crucible/core/thread_pool.h"
 #include "crucible/data/image/decode.h"
+#include "crucible/data/formats/json_target.h"
 #include "crucible/data/formats/pack_format.h"
 
 namespace crucible::data {
@@ -100,9 +101,45 @@ struct Item {
   EncodedSample sample;         // the bytes to write when not transformed
   std::vector<uint8_t> owned;   // re-encoded JPEG or raw pixels
   bool transformed = false;
+  std::string target;           // a detection sample's JSON target (json_target.h), written after its image
+  int width = 0, height = 0;    // a detection sample's stored image size
   std::string bad;              // non-empty: left out of the pack, reported
   std::exception_ptr error;     // the pack fails with this
 };
+
+DecodeOptions decode_options(bool exif) {
+  DecodeOptions d;
+  d.exif_orientation = exif;
+  return d;
+}
+
+// A detection sample's image size (the source's, else its header's) and its JSON target.
+void detection_target(const EncodedSample& s, const PackOptions&, bool exif, Item* item) {
+  item->width = s.width;
+  item->height = s.height;
+  if (item->width <= 0 || item->height <= 0) {
+    const ImageInfo info = probe_image(s.data, s.size, s.name, exif);
+    item->width = info.width;
+    item->height = info.height;
+  }
+  item->target = json_target(*s.boxes, s.image_id, item->width, item->height);
+}
+
+// The target of an image resized from item->width × item->height to tw × th: each box scaled by
+// the same factors in float32, as torchvision's resize scales boxes.
+void scale_target(const EncodedSample& s, int tw, int th, Item* item) {
+  if (tw == item->width && th == item->height) return;
+  Boxes b = *s.boxes;
+  const float sx = static_cast<float>(tw) / static_cast<float>(item->width);
+  const float sy = static_cast<float>(th) / static_cast<float>(item->height);
+  for (size_t i = 0; i < b.size(); ++i) {
+    b.xyxy[4 * i] *= sx, b.xyxy[4 * i + 2] *= sx;
+    b.xyxy[4 * i + 1] *= sy, b.xyxy[4 * i + 3] *= sy;
+  }
+  item->width = tw;
+  item->height = th;
+  item->target = json_target(b, s.image_id, tw, th);
+}
 
 void process(const SampleSource& source, int64_t index, const PackOptions& o, Item* item) {
   const bool decodes = o.validate || o.mode != PackOptions::Mode::kOriginal;
@@ -115,17 +152,32 @@ void process(const SampleSource& source, int64_t index, const PackOptions& o, It
     item->bad = bad_entry(fmt::format("sample {}", index), e.what());
     return;
   }
-  if (!decodes) return;
   const EncodedSample& s = item->sample;
+  // Detection: the boxes are in the frame of the pixels the source decodes (COCO's: as stored,
+  // without the EXIF orientation), so every decode here uses the source's choice.
+  const bool exif = source.exif_orientation();
+  const bool boxes = source.has_boxes();
+  if (boxes && s.boxes == nullptr) throw std::logic_error("pack: a detection source gave a sample without boxes");
+  if (!decodes) {
+    if (boxes) detection_target(s, o, exif, item);
+    return;
+  }
   try {
     if (o.mode == PackOptions::Mode::kOriginal) {
-      decode_image(s.data, s.size, s.name);
+      const DecodedImage img = decode_image(s.data, s.size, s.name, decode_options(exif));
+      if (boxes) {
+        detection_target(s, o, exif, item);
+        if (img.width != item->width || img.height != item->height) {  // D17
+          throw bad_input("{}: the image is {}x{} pixels but its annotations say {}x{}", s.name, img.width, img.height,
+                          item->width, item->height);
+        }
+      }
       return;
     }
-    const ImageInfo info = probe_image(s.data, s.size, s.name);
+    const ImageInfo info = probe_image(s.data, s.size, s.name, exif);
     int tw = info.width, th = info.height;
     const int longest = std::max(info.width, info.height);
-    DecodeOptions d;
+    DecodeOptions d = decode_options(exif);
     if (o.max_side > 0 && longest > o.max_side) {
       tw = std::max<int>(1, static_cast<int>((int64_t{info.width} * o.max_side + longest / 2) / longest));
       th = std::max<int>(1, static_cast<int>((int64_t{info.height} * o.max_side + longest / 2) / longest));
@@ -148,6 +200,14 @@ void process(const SampleSource& source, int64_t index, const PackOptions& o, It
         for (int b = 0; b < 4; ++b) h[4 + 4 * f + b] = static_cast<uint8_t>((fields[f] >> (8 * b)) & 0xff);
       }
       std::memcpy(h + kRawHeaderBytes, pixels.data(), pixels.size());
+    }
+    if (boxes) {
+      detection_target(s, o, exif, item);
+      if (info.width != item->width || info.height != item->height) {  // D17
+        throw bad_input("{}: the image is {}x{} pixels but its annotations say {}x{}", s.name, info.width, info.height,
+                        item->width, item->height);
+      }
+      scale_target(s, tw, th, item);
     }
     item->transformed = true;
     item->sample.hold.reset();  // the source's bytes are no longer needed
@@ -317,6 +377,7 @@ PackReport pack_samples(const SampleSource& source, const std::string& dst, cons
   if (options.threads > 1) pool = std::make_unique<ThreadPool>(options.threads, "crucible-pack");
   const int64_t chunk = std::max<int64_t>(256, int64_t{32} * options.threads);
   const int64_t n = source.size();
+  const bool boxes = source.has_boxes();
 
   for (int64_t begin = 0; begin < n; begin += chunk) {
     const int64_t end = std::min(n, begin + chunk);
@@ -353,22 +414,45 @@ PackReport pack_samples(const SampleSource& source, const std::string& dst, cons
       if (size > UINT32_MAX) {
         throw bad_input("pack: {} holds {} bytes; packed samples are limited to 4 GiB - 1", item.sample.name, size);
       }
+      if (item.target.size() > UINT32_MAX) {
+        throw bad_input("pack: {}'s target holds {} bytes of JSON; targets are limited to 4 GiB - 1", item.sample.name,
+                        item.target.size());
+      }
       const auto align = static_cast<uint64_t>(options.align);
+      const uint64_t extent = size + item.target.size();  // a detection sample's target follows its image
       uint64_t at = shards.empty() ? 0 : (shards.offset() + align - 1) / align * align;
-      if (shards.empty() || (shards.offset() > 0 && at + size > static_cast<uint64_t>(options.shard_bytes))) {
+      if (shards.empty() || (shards.offset() > 0 && at + extent > static_cast<uint64_t>(options.shard_bytes))) {
         shards.open_next();
         at = 0;
       }
       shards.write(zeros.data(), static_cast<size_t>(at - shards.offset()));
       shards.write(data, size);
-      pack_format::append_record(records, {shards.current(), static_cast<uint32_t>(size), at, item.sample.label});
+      shards.write(item.target.data(), item.target.size());
+      pack_format::Record record{shards.current(), static_cast<uint32_t>(size), at, item.sample.label};
+      record.target_size = static_cast<uint32_t>(item.target.size());
+      record.width = static_cast<uint32_t>(item.width);
+      record.height = static_cast<uint32_t>(item.height);
+      pack_format::append_record(records, record, boxes);
       ++report.samples;
-      report.bytes += static_cast<int64_t>(size);
+      report.bytes += static_cast<int64_t>(extent);
     }
   }
 
-  nlohmann::json header = {{"version", pack_format::kVersion},          {"classes", source.classes()}, {"samples", report.samples},
-                           {"shards", shards.names()}, {"align", options.align},      {"mode", mode_name(options.mode)}};
+  nlohmann::json header = {{"version", boxes ? pack_format::kVersionBoxes : pack_format::kVersion},
+                           {"classes", source.classes()},
+                           {"samples", report.samples},
+                           {"shards", shards.names()},
+                           {"align", options.align},
+                           {"mode", mode_name(options.mode)}};
+  if (boxes) {
+    const BoxCounts c = source.box_counts();
+    header["target"] = "boxes";
+    header["category_ids"] = source.category_ids();
+    header["box_counts"] = {{"kept", c.kept}, {"clamped", c.clamped}, {"dropped", c.dropped}};
+    // Original bytes keep the frame the source decoded them in; re-encoded or raw pixels were
+    // decoded in it, and carry no orientation tag.
+    header["exif_orientation"] = options.mode == PackOptions::Mode::kOriginal && source.exif_orientation();
+  }
   if (options.mode != PackOptions::Mode::kOriginal) header["max_side"] = options.max_side;
   if (options.mode == PackOptions::Mode::kReencode) header["quality"] = options.quality;
   shards.close_current();

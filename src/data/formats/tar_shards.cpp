@@ -17,7 +17,9 @@
 #include "crucible/core/error.h"
 #include "crucible/core/file.h"
 #include "crucible/core/sha256.h"
+#include "crucible/data/formats/json_target.h"
 #include "crucible/data/formats/shard_index.h"
+#include "crucible/data/image/decode.h"
 #include "format_util.h"
 
 namespace crucible::data {
@@ -100,6 +102,8 @@ bool is_image_field(const std::string& field) {
   return ext == "jpg" || ext == "jpeg" || ext == "png";
 }
 
+bool is_target_field(const std::string& field) { return field == "json"; }
+
 bool is_label_field(const std::string& field) {
   return field == "cls" || field == "cls.txt" || field == "label" || field == "label.txt";
 }
@@ -128,7 +132,7 @@ TarIndex index_tar(const uint8_t* data, uint64_t size, const std::string& shard)
 
   bool open_group = false;
   TarSample cur;
-  bool cur_has_image = false, cur_has_label = false;
+  bool cur_has_image = false, cur_has_label = false, cur_has_target = false;
   auto flush = [&] {
     if (!open_group) return;
     if (cur_has_image) {
@@ -215,7 +219,7 @@ TarIndex index_tar(const uint8_t* data, uint64_t size, const std::string& shard)
             open_group = true;
             cur = TarSample{};
             cur.key = std::move(key);
-            cur_has_image = cur_has_label = false;
+            cur_has_image = cur_has_label = cur_has_target = false;
           }
           if (!cur_has_image && is_image_field(field)) {
             cur.offset = data_off;
@@ -224,6 +228,11 @@ TarIndex index_tar(const uint8_t* data, uint64_t size, const std::string& shard)
           } else if (!cur_has_label && is_label_field(field)) {
             cur.label = parse_label(body, member_size, shard, name, off);
             cur_has_label = true;
+          } else if (!cur_has_target && is_target_field(field) && is_json_target(body, member_size)) {
+            // A .json member with "boxes" is the sample's detection target; any other is metadata.
+            cur.target_offset = data_off;
+            cur.target_size = member_size;
+            cur_has_target = true;
           }
         }
       }
@@ -243,12 +252,14 @@ TarIndex index_tar(const uint8_t* data, uint64_t size, const std::string& shard)
   return index;
 }
 
-// "<shard>.idx": "CRTARIX2", u64 shard size, i64 shard mtime (ns), the shard's SHA-256 (32 raw
-// bytes), u64 skipped, u64 count, then count × {u64 offset, u64 size, i64 label, u32 key length,
-// key bytes}, then u32 CRC-32 of all the bytes before it. Everything little-endian. "CRTARIX1",
-// written before the hash was recorded, is the same without the SHA-256: still read.
+// "<shard>.idx": "CRTARIX3", u64 shard size, i64 shard mtime (ns), the shard's SHA-256 (32 raw
+// bytes), u64 skipped, u64 count, then count × {u64 offset, u64 size, i64 label, u64 target
+// offset, u64 target size, u32 key length, key bytes}, then u32 CRC-32 of all the bytes before
+// it. Everything little-endian. Still read: "CRTARIX2", the same without the targets' places
+// (written before issue 47), and "CRTARIX1", without the SHA-256 too.
 constexpr char kTarIndexMagicV1[8] = {'C', 'R', 'T', 'A', 'R', 'I', 'X', '1'};
-constexpr char kTarIndexMagic[8] = {'C', 'R', 'T', 'A', 'R', 'I', 'X', '2'};
+constexpr char kTarIndexMagicV2[8] = {'C', 'R', 'T', 'A', 'R', 'I', 'X', '2'};
+constexpr char kTarIndexMagic[8] = {'C', 'R', 'T', 'A', 'R', 'I', 'X', '3'};
 
 // Raw bytes from lower-case hex (false unless 2n hex digits); to_hex (core/sha256.h) is the way there.
 bool from_hex(const std::string& hex, std::string* raw) {
@@ -271,7 +282,7 @@ std::string encode_tar_index(const TarIndex& index, uint64_t shard_size, int64_t
   if (!sha256.empty() && (!from_hex(sha256, &raw_sha) || raw_sha.size() != 32)) {
     throw std::invalid_argument("encode_tar_index: expected a SHA-256 of 64 hex digits, found \"" + sha256 + "\"");
   }
-  std::string out(sha256.empty() ? kTarIndexMagicV1 : kTarIndexMagic, 8);
+  std::string out(sha256.empty() ? kTarIndexMagicV1 : kTarIndexMagic, 8);  // the old format has no targets
   append_le64(out, shard_size);
   append_le64(out, static_cast<uint64_t>(mtime_ns));
   out += raw_sha;
@@ -281,6 +292,10 @@ std::string encode_tar_index(const TarIndex& index, uint64_t shard_size, int64_t
     append_le64(out, s.offset);
     append_le64(out, s.size);
     append_le64(out, static_cast<uint64_t>(s.label));
+    if (!sha256.empty()) {
+      append_le64(out, s.target_offset);
+      append_le64(out, s.target_size);
+    }
     append_le32(out, static_cast<uint32_t>(s.key.size()));
     out += s.key;
   }
@@ -291,12 +306,14 @@ std::string encode_tar_index(const TarIndex& index, uint64_t shard_size, int64_t
 // A sidecar's index, the size and mtime of the shard it describes and its SHA-256 (hex; empty
 // in the old format); false when damaged.
 bool decode_tar_index(const std::string& raw, TarIndex* index, uint64_t* shard_size, int64_t* mtime_ns,
-                      std::string* sha256) {
+                      std::string* sha256, bool* has_targets = nullptr) {
   const auto* p = reinterpret_cast<const uint8_t*>(raw.data());
   const size_t n = raw.size();
   if (n < 8) return false;
   const bool v1 = std::memcmp(p, kTarIndexMagicV1, 8) == 0;
-  if (!v1 && std::memcmp(p, kTarIndexMagic, 8) != 0) return false;
+  const bool v2 = std::memcmp(p, kTarIndexMagicV2, 8) == 0;
+  if (!v1 && !v2 && std::memcmp(p, kTarIndexMagic, 8) != 0) return false;
+  const size_t record = v1 || v2 ? 28 : 44;  // the fixed part of a record
   const size_t hash_bytes = v1 ? 0 : 32;
   if (n < 44 + hash_bytes) return false;
   if (crc32(0, p, static_cast<uInt>(n - 4)) != load_le32(p + n - 4)) return false;
@@ -307,17 +324,22 @@ bool decode_tar_index(const std::string& raw, TarIndex* index, uint64_t* shard_s
   const uint64_t count = load_le64(p + at + 8);
   at += 16;
   const size_t end = n - 4;
-  if (count > (end - at) / 28) return false;
+  if (count > (end - at) / record) return false;
   out.samples.reserve(static_cast<size_t>(count));
   for (uint64_t i = 0; i < count; ++i) {
-    if (end - at < 28) return false;
+    if (end - at < record) return false;
     TarSample s;
     s.offset = load_le64(p + at);
     s.size = load_le64(p + at + 8);
     s.label = static_cast<int64_t>(load_le64(p + at + 16));
-    const uint32_t key_len = load_le32(p + at + 24);
-    at += 28;
+    if (record == 44) {
+      s.target_offset = load_le64(p + at + 24);
+      s.target_size = load_le64(p + at + 32);
+    }
+    const uint32_t key_len = load_le32(p + at + record - 4);
+    at += record;
     if (key_len > end - at || s.offset > size || s.size > size - s.offset || s.label < -1) return false;
+    if (s.target_offset > size || s.target_size > size - s.target_offset) return false;
     s.key.assign(reinterpret_cast<const char*>(p + at), key_len);
     at += key_len;
     out.samples.push_back(std::move(s));
@@ -327,13 +349,14 @@ bool decode_tar_index(const std::string& raw, TarIndex* index, uint64_t* shard_s
   *shard_size = size;
   *mtime_ns = static_cast<int64_t>(load_le64(p + 16));
   if (sha256 != nullptr) *sha256 = v1 ? "" : to_hex(p + 24, 32);
+  if (has_targets != nullptr) *has_targets = record == 44;
   return true;
 }
 
 // The sidecar index when it exists, is intact and matches the shard, with the shard's SHA-256
 // (empty from an old sidecar); otherwise false.
 bool read_tar_index(const std::string& path, uint64_t shard_size, int64_t mtime_ns, TarIndex* index,
-                    std::string* sha256) {
+                    std::string* sha256, bool* has_targets) {
   std::string raw;
   try {
     raw = read_file(path);
@@ -343,14 +366,16 @@ bool read_tar_index(const std::string& path, uint64_t shard_size, int64_t mtime_
   TarIndex out;
   uint64_t size = 0;
   int64_t mtime = 0;
-  if (!decode_tar_index(raw, &out, &size, &mtime, sha256) || size != shard_size || mtime != mtime_ns) return false;
+  if (!decode_tar_index(raw, &out, &size, &mtime, sha256, has_targets) || size != shard_size || mtime != mtime_ns) {
+    return false;
+  }
   *index = std::move(out);
   return true;
 }
 
 class TarShardSource final : public SampleSource {
  public:
-  explicit TarShardSource(const std::vector<std::string>& shards) : names_(shards) {
+  TarShardSource(const std::vector<std::string>& shards, const SourceOptions& options) : names_(shards) {
     if (shards.empty()) throw bad_input("no tar shards given");
     int64_t max_label = -1;
     for (size_t i = 0; i < shards.size(); ++i) {
@@ -362,15 +387,20 @@ class TarShardSource final : public SampleSource {
       TarIndex index;
       std::string sha256;
       const std::string idx_path = shard + ".idx";
-      bool write = false;
+      bool write = false, has_targets = false;
       if (static_cast<uint64_t>(st.st_size) == file->size() &&
-          read_tar_index(idx_path, file->size(), mtime_ns, &index, &sha256)) {
+          read_tar_index(idx_path, file->size(), mtime_ns, &index, &sha256, &has_targets)) {
         ++indexes_read_;
-        // An index from before the hash was recorded: given it where the folder takes writes (a
-        // remote copy of the shard is verified by it), once.
         const fs::path folder = fs::path(idx_path).parent_path();
-        write = sha256.empty() && ::access(folder.empty() ? "." : folder.c_str(), W_OK) == 0;
-        hashes_added_ += write;
+        const bool writable = ::access(folder.empty() ? "." : folder.c_str(), W_OK) == 0;
+        // An index from before the targets' places were recorded: the headers walked again for
+        // them (the samples are the same), and rewritten where the folder takes writes. One from
+        // before the hash was recorded is given it too (a remote copy of the shard is verified by it).
+        if (!has_targets) {
+          index = index_tar(file->data(), file->size(), shard);
+          write = writable;
+        }
+        hashes_added_ += sha256.empty() && writable;
       } else {
         index = index_tar(file->data(), file->size(), shard);
         ++indexes_built_;
@@ -387,9 +417,13 @@ class TarShardSource final : public SampleSource {
       skipped_ += index.skipped;
       for (auto& s : index.samples) {
         max_label = std::max(max_label, s.label);
-        records_.push_back({static_cast<uint32_t>(i), s.offset, s.size, s.label, std::move(s.key)});
+        records_.push_back({static_cast<uint32_t>(i), s.offset, s.size, s.label, std::move(s.key), s.target_offset,
+                            s.target_size});
       }
       files_.push_back(std::move(file));
+    }
+    if (std::any_of(records_.begin(), records_.end(), [](const Record& r) { return r.target_size > 0; })) {
+      max_label = read_targets(options.boxes);
     }
     classes_ = numbered_classes(max_label);
   }
@@ -398,18 +432,38 @@ class TarShardSource final : public SampleSource {
 
   EncodedSample get(int64_t index) const override {
     const Record& r = records_.at(static_cast<size_t>(index));
-    return view_of(files_[r.shard], r.offset, r.size, r.label, names_[r.shard] + ":" + r.key);
+    EncodedSample s = view_of(files_[r.shard], r.offset, r.size, r.label, names_[r.shard] + ":" + r.key);
+    if (!targets_.empty()) {
+      const Target& t = targets_[static_cast<size_t>(index)];
+      s.boxes = t.boxes;
+      s.image_id = t.image_id;
+      s.width = t.width;
+      s.height = t.height;
+    }
+    return s;
   }
+  bool has_boxes() const override { return !targets_.empty(); }
+  bool image_size(int64_t index, int* width, int* height) const override {
+    if (targets_.empty()) return false;
+    *width = targets_.at(static_cast<size_t>(index)).width;
+    *height = targets_.at(static_cast<size_t>(index)).height;
+    return true;
+  }
+  BoxCounts box_counts() const override { return counts_; }
+  // A detection target's boxes are in the stored pixels' frame, as COCO's are (a target written
+  // from torchvision's COCO reading, through PIL, which does not rotate).
+  bool exif_orientation() const override { return targets_.empty(); }
 
   const std::vector<std::string>& classes() const override { return classes_; }
   std::vector<int64_t> shard_counts() const override { return contiguous_shard_counts(records_, files_.size()); }
 
   std::string describe() const override {
     return fmt::format("{} tar shard{} ({}{}): {} samples, {} skipped without an image; offset indexes: {} read from "
-                       ".idx, {} built{}",
+                       ".idx, {} built{}{}",
                        names_.size(), names_.size() == 1 ? "" : "s", names_.front(), names_.size() > 1 ? ", ..." : "",
                        records_.size(), skipped_, indexes_read_, indexes_built_,
-                       hashes_added_ > 0 ? fmt::format(", {} given the shard's SHA-256", hashes_added_) : "");
+                       hashes_added_ > 0 ? fmt::format(", {} given the shard's SHA-256", hashes_added_) : "",
+                       targets_.empty() ? "" : "; detection targets: " + counts_.line());
   }
 
  private:
@@ -419,7 +473,44 @@ class TarShardSource final : public SampleSource {
     uint64_t size;
     int64_t label;
     std::string key;
+    uint64_t target_offset, target_size;
   };
+  struct Target {
+    std::shared_ptr<const Boxes> boxes;
+    int64_t image_id = -1;
+    int width = 0, height = 0;
+  };
+
+  // Detection: every sample's JSON target, parsed once here (its size from the JSON, else from
+  // the image's header) under `policy`; returns the largest label. Every sample must carry one.
+  int64_t read_targets(const BoxPolicy& policy) {
+    int64_t max_label = -1;
+    targets_.resize(records_.size());
+    for (size_t i = 0; i < records_.size(); ++i) {
+      const Record& r = records_[i];
+      const std::string where = names_[r.shard] + ":" + r.key;
+      if (r.target_size == 0) {
+        throw bad_input("{}: the sample has no .json target, but other samples of the set have one (a detection set "
+                        "gives every image a target; a background image has \"boxes\": [])",
+                        where);
+      }
+      const uint8_t* base = files_[r.shard]->data();
+      BoxCounts first;
+      JsonTarget t = parse_json_target(base + r.target_offset, r.target_size, where + ".json", policy, 0, 0, 0, &first);
+      if (t.width > 0 && t.height > 0) {
+        counts_.kept += first.kept, counts_.clamped += first.clamped, counts_.dropped += first.dropped;
+      } else {  // the size from the image's header, then the boxes checked against it
+        const ImageInfo info = probe_image(base + r.offset, r.size, where, /*exif_orientation=*/false);
+        t = parse_json_target(base + r.target_offset, r.target_size, where + ".json", policy, info.width, info.height, 0,
+                              &counts_);
+        t.width = info.width;
+        t.height = info.height;
+      }
+      for (const int64_t l : t.boxes->labels) max_label = std::max(max_label, l);
+      targets_[i] = {std::move(t.boxes), t.image_id, t.width, t.height};
+    }
+    return max_label;
+  }
   std::vector<std::string> names_;
   std::vector<std::shared_ptr<const MappedFile>> files_;
   std::vector<Record> records_;
@@ -428,6 +519,8 @@ class TarShardSource final : public SampleSource {
   int indexes_read_ = 0;
   int indexes_built_ = 0;
   int hashes_added_ = 0;  // old indexes rewritten with the shard's SHA-256
+  std::vector<Target> targets_;  // detection: one per sample; empty for a classification set
+  BoxCounts counts_;
 };
 
 }  // namespace
@@ -437,8 +530,8 @@ TarShardIndex index_tar_bytes(const uint8_t* data, uint64_t size, const std::str
 }
 
 bool decode_tar_sidecar(const std::string& raw, TarShardIndex* index, uint64_t* shard_size, int64_t* mtime_ns,
-                        std::string* sha256) {
-  return decode_tar_index(raw, index, shard_size, mtime_ns, sha256);
+                        std::string* sha256, bool* has_targets) {
+  return decode_tar_index(raw, index, shard_size, mtime_ns, sha256, has_targets);
 }
 
 std::string encode_tar_sidecar(const TarShardIndex& index, uint64_t shard_size, int64_t mtime_ns,
@@ -446,8 +539,8 @@ std::string encode_tar_sidecar(const TarShardIndex& index, uint64_t shard_size, 
   return encode_tar_index(index, shard_size, mtime_ns, sha256);
 }
 
-std::unique_ptr<SampleSource> open_tar_shards(const std::vector<std::string>& shards) {
-  return std::make_unique<TarShardSource>(shards);
+std::unique_ptr<SampleSource> open_tar_shards(const std::vector<std::string>& shards, const SourceOptions& options) {
+  return std::make_unique<TarShardSource>(shards, options);
 }
 
 namespace format_detail {
@@ -459,9 +552,10 @@ SampleFormat tar_shard_format() {
             if (!exists) return path.find(',') != std::string::npos || path.find('{') != std::string::npos;
             return !is_dir && (ends_with(lower_ascii(path), ".tar") || file_starts_with(path, "ustar", 5, 257));
           },
-          [](const std::string& path, const SourceOptions&) {
+          [](const std::string& path, const SourceOptions& options) {
             std::error_code ec;
-            return fs::exists(path, ec) ? open_tar_shards({path}) : open_tar_shards(expand_shard_list(path));
+            return fs::exists(path, ec) ? open_tar_shards({path}, options)
+                                        : open_tar_shards(expand_shard_list(path), options);
           }};
 }
 }  // namespace format_detail

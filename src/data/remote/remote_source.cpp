@@ -55,13 +55,24 @@ struct Record {
   uint64_t size = 0;
   int64_t label = -1;
   std::string key;  // tar: the sample's key; packed: empty (named by index)
+  pack_format::Record packed;  // a packed detection sample: its target's size and its image's
+};
+
+// A packed detection set's targets (shard_index.h: PackedIndex), read per sample under `policy`.
+struct RemoteBoxes {
+  bool boxes = false;
+  std::vector<int64_t> category_ids;
+  BoxCounts counts;
+  bool exif_orientation = true;
+  BoxPolicy policy;
 };
 
 class RemoteShardSource final : public SampleSource {
  public:
   RemoteShardSource(std::string path, const RemoteSourceOptions& options, std::shared_ptr<RemoteStore> store,
                     std::shared_ptr<ShardCache> cache, std::vector<std::string> urls, std::vector<ShardCheck> checks,
-                    std::vector<Record> records, std::vector<std::string> classes, std::string note)
+                    std::vector<Record> records, std::vector<std::string> classes, std::string note,
+                    RemoteBoxes boxes)
       : path_(std::move(path)),
         store_(std::move(store)),
         cache_(std::move(cache)),
@@ -70,6 +81,7 @@ class RemoteShardSource final : public SampleSource {
         records_(std::move(records)),
         classes_(std::move(classes)),
         note_(std::move(note)),
+        boxes_(std::move(boxes)),
         ahead_(options.ahead_shards > 0 ? options.ahead_shards : options.io_threads + 1),
         pins_(urls_.size()),
         remaining_(urls_.size(), 0) {
@@ -122,8 +134,27 @@ class RemoteShardSource final : public SampleSource {
     s.hold = std::shared_ptr<const void>(file, s.data);
     s.label = r.label;
     s.name = r.key.empty() ? fmt::format("{}#{}", path_, index) : urls_[r.shard] + ":" + r.key;
+    if (boxes_.boxes) {
+      if (r.packed.target_size > file->size() - r.offset - r.size) {
+        throw bad_input("{}: sample {}'s target lies past the shard's {} bytes (its index is stale)", urls_[r.shard],
+                        index, file->size());
+      }
+      attach_packed_target(&s, r.packed, file->data() + r.offset + r.size, s.name, boxes_.policy,
+                           static_cast<int64_t>(classes_.size()));
+    }
     return s;
   }
+  bool has_boxes() const override { return boxes_.boxes; }
+  std::vector<int64_t> category_ids() const override { return boxes_.category_ids; }
+  bool image_size(int64_t index, int* width, int* height) const override {
+    if (!boxes_.boxes) return false;
+    const Record& r = records_.at(static_cast<size_t>(index));
+    *width = static_cast<int>(r.packed.width);
+    *height = static_cast<int>(r.packed.height);
+    return true;
+  }
+  BoxCounts box_counts() const override { return boxes_.counts; }
+  bool exif_orientation() const override { return boxes_.exif_orientation; }
 
   const std::vector<std::string>& classes() const override { return classes_; }
 
@@ -216,6 +247,7 @@ class RemoteShardSource final : public SampleSource {
   std::vector<Record> records_;
   std::vector<std::string> classes_;
   std::string note_;
+  RemoteBoxes boxes_;
   int ahead_;
 
   mutable std::mutex mu_;
@@ -246,6 +278,7 @@ struct Opened {
   std::vector<Record> records;
   std::vector<std::string> classes;
   std::string note;
+  RemoteBoxes boxes;
 };
 
 // A packed set: its index.crpk, which records each shard's size and SHA-256 (older ones: the
@@ -269,7 +302,11 @@ Opened open_packed_index(const std::string& path, const RemoteStore& store, int 
       o.checks[k].md5 = info.md5();
     }
   });
-  for (const auto& r : index.records) o.records.push_back({r.shard, r.offset, r.size, r.label, ""});
+  for (const auto& r : index.records) o.records.push_back({r.shard, r.offset, r.size, r.label, "", r});
+  o.boxes.boxes = index.boxes;
+  o.boxes.category_ids = index.category_ids;
+  o.boxes.counts = index.box_counts;
+  o.boxes.exif_orientation = index.exif_orientation;
   o.note = index.shard_sha256.empty() ? "sizes from the server" : "SHA-256 of each shard from the index";
   return o;
 }
@@ -319,6 +356,11 @@ Opened open_tar_list(const std::string& path, const RemoteStore& store, ShardCac
   int64_t max_label = -1;
   for (size_t k = 0; k < o.urls.size(); ++k) {
     for (auto& m : indexes[k].samples) {
+      if (m.target_size > 0) {
+        throw bad_input("{}: sample {} carries a detection target (.json with \"boxes\"); detection sets are read "
+                        "remotely as packed sets: `crucible pack` the shards and read the packed index",
+                        o.urls[k], m.key);
+      }
       max_label = std::max(max_label, m.label);
       o.records.push_back({static_cast<uint32_t>(k), m.offset, m.size, m.label, std::move(m.key)});
     }
@@ -379,13 +421,14 @@ std::unique_ptr<SampleSource> open_remote_samples(const std::string& path, const
 
   Opened o = ends_with(path, "/") || ends_with(path, "index.crpk") ? open_packed_index(path, *store, threads)
                                                                     : open_tar_list(path, *store, *cache, threads);
+  o.boxes.policy = options.boxes;
   uint64_t largest = 0;
   for (const auto& c : o.checks) largest = std::max(largest, c.size);
   RemoteSourceOptions fitted = options;
   fitted.ahead_shards = shards_read_ahead(options, static_cast<int64_t>(o.urls.size()), largest);
   return std::make_unique<RemoteShardSource>(path, fitted, std::move(store), std::move(cache), std::move(o.urls),
                                              std::move(o.checks), std::move(o.records), std::move(o.classes),
-                                             std::move(o.note));
+                                             std::move(o.note), std::move(o.boxes));
 }
 
 }  // namespace crucible::data

@@ -7,7 +7,11 @@
 // "classes": [...], "samples": N, "shards": [...file names...], "align": A, "mode": "..."},
 // then N records of {u32 shard, u32 size, u64 offset, i64 label} (24 bytes, LE); shard files
 // shard-00000.bin … hold the sample bytes, each starting at a multiple of A (default 4096).
-// Sample names in reports are "<dst>/<shard>#<index>".
+// Sample names in reports are "<dst>/<shard>#<index>". A detection source (has_boxes) is packed as
+// index version 2 (pack_format.h): each image's boxes as its JSON target (json_target.h) right
+// after its bytes, the image's size in its record, the category ids, the source's box counts and
+// its EXIF choice in the header; re-encoding scales the boxes with the image, and validation
+// checks each decoded size against the size its annotations give (D17).
 #pragma once
 
 #include <cstdint>

@@ -97,14 +97,18 @@ std::unique_ptr<SampleSource> open_image_folder(const std::string& root);
 // index built on open, or read from "<shard>.idx" beside the shard when it matches. A built
 // index is written there with the shard's SHA-256 (what a remote copy is verified by); an old
 // one without the hash is rewritten with it where the folder takes writes.
-std::unique_ptr<SampleSource> open_tar_shards(const std::vector<std::string>& shards);
+// Detection (issue 47): a sample's "json" member holding an object with "boxes" is its target
+// (json_target.h; a .json without "boxes" stays metadata); when any sample has one, every sample
+// must, the targets are read on open under options.boxes, and the labels are their class indices.
+std::unique_ptr<SampleSource> open_tar_shards(const std::vector<std::string>& shards, const SourceOptions& options = {});
 
 // An LMDB environment (a folder holding data.mdb) whose values are u32 LE label followed by
 // the encoded image, in key order; an optional "__classes__" key holds a JSON list of names.
 std::unique_ptr<SampleSource> open_lmdb(const std::string& path);
 
 // crucible's packed shards (see data/formats/pack.h): "<dst>/index.crpk" and its shard files, mapped.
-std::unique_ptr<SampleSource> open_packed(const std::string& index_path);
+// A detection set's targets are read per sample, under options.boxes.
+std::unique_ptr<SampleSource> open_packed(const std::string& index_path, const SourceOptions& options = {});
 
 // `n` samples of `base` spread evenly over it: sample i is base's sample i × size / n, so a
 // source ordered by class (an image folder) keeps every class in proportion, and the subset is

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "crucible/data/formats/pack_format.h"
+#include "crucible/data/formats/sample_source.h"
 
 namespace crucible::data {
 
@@ -17,6 +18,8 @@ struct TarMember {
   uint64_t size = 0;
   int64_t label = -1;
   std::string key;
+  // A detection sample's "json" member holding a target (json_target.h); size 0: none.
+  uint64_t target_offset = 0, target_size = 0;
 };
 
 struct TarShardIndex {
@@ -31,9 +34,10 @@ TarShardIndex index_tar_bytes(const uint8_t* data, uint64_t size, const std::str
 // "<shard>.idx" (written beside local shards when they are opened): the index and the size,
 // mtime and SHA-256 (hex) of the shard it describes; false when `raw` is damaged or not such a
 // file. A sidecar written before the hash was recorded still reads, with `sha256` empty; encoding
-// with an empty `sha256` writes that old format.
+// with an empty `sha256` writes that old format. Since issue 47 the sidecar also records where each
+// sample's JSON target is (CRTARIX3); the older ones read with none.
 bool decode_tar_sidecar(const std::string& raw, TarShardIndex* index, uint64_t* shard_size, int64_t* mtime_ns,
-                        std::string* sha256 = nullptr);
+                        std::string* sha256 = nullptr, bool* has_targets = nullptr);
 std::string encode_tar_sidecar(const TarShardIndex& index, uint64_t shard_size, int64_t mtime_ns,
                                const std::string& sha256);
 
@@ -48,8 +52,21 @@ struct PackedIndex {
   int64_t align = 1;
   std::string mode;
   std::vector<pack_format::Record> records;
+  // A detection set (version 2): each record's JSON target follows its image; labels' ids in the
+  // packed source (COCO's category ids; empty when the labels are the ids); what the source's
+  // bad-box policy did when it was packed.
+  bool boxes = false;
+  std::vector<int64_t> category_ids;
+  BoxCounts box_counts;
+  bool exif_orientation = true;  // whether the boxes are in the EXIF-oriented frame of the stored bytes
 };
 PackedIndex parse_packed_index(const std::string& raw, const std::string& name);
+
+// A packed detection sample's target: the record's target_size bytes at `target` (right after
+// the image), parsed (json_target.h) and checked against the record's image size under `policy`;
+// sets `sample`'s boxes, image id and size. bad_input naming `where`.
+void attach_packed_target(EncodedSample* sample, const pack_format::Record& record, const uint8_t* target,
+                          const std::string& where, const BoxPolicy& policy, int64_t classes);
 
 // Samples per shard (SampleSource::shard_counts) of records that carry their shard number
 // (`.shard`), when each shard's records are contiguous and in shard order, as the writers make

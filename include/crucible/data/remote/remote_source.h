@@ -33,6 +33,7 @@ struct RemoteSourceOptions {
   int ahead_shards = 0;         // shards pinned ahead of the reader; 0: io_threads + 1
   int least_ahead_shards = 0;   // the fewest that reading works with; 0: ahead_shards
   std::string ahead_why;        // what ahead_shards covers, for the log
+  BoxPolicy boxes;              // a packed detection set's targets: data.bad_boxes, data.max_boxes
 };
 
 // Reading ahead within the cache: `ahead_shards` when data.cache_bytes holds that many of the
