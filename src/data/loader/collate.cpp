@@ -26,7 +26,6 @@ void collate_detection(std::vector<DetectionImage>& images, const DetectionBatch
   b->channels_first = channels_first;
   const size_t slot = static_cast<size_t>(H * W * C);
   b->pixels = allocate(images.size() * slot);
-  std::memset(b->pixels.data(), layout.pad_value, images.size() * slot);
   b->image_sizes.clear();
   b->boxes.clear();
   b->box_labels.clear();
@@ -39,8 +38,15 @@ void collate_detection(std::vector<DetectionImage>& images, const DetectionBatch
     }
     uint8_t* dst = b->pixels.data() + n * slot;
     const size_t row = static_cast<size_t>(im.width) * C;
+    const uint8_t pad = layout.pad_value;
+    // Each byte written once: the image's rows, the padding right of them and the rows below.
     if (!channels_first) {
-      for (int y = 0; y < im.height; ++y) std::memcpy(dst + y * W * C, im.pixels.data() + y * row, row);
+      const size_t out_row = static_cast<size_t>(W) * C;
+      for (int y = 0; y < im.height; ++y) {
+        std::memcpy(dst + y * out_row, im.pixels.data() + y * row, row);
+        std::memset(dst + y * out_row + row, pad, out_row - row);
+      }
+      std::memset(dst + im.height * out_row, pad, (H - im.height) * out_row);
     } else {
       for (int64_t c = 0; c < C; ++c) {
         uint8_t* plane = dst + c * H * W;
@@ -48,7 +54,9 @@ void collate_detection(std::vector<DetectionImage>& images, const DetectionBatch
           const uint8_t* src = im.pixels.data() + y * row + c;
           uint8_t* out = plane + y * W;
           for (int x = 0; x < im.width; ++x) out[x] = src[x * C];
+          std::memset(out + im.width, pad, W - im.width);
         }
+        std::memset(plane + im.height * W, pad, (H - im.height) * W);
       }
     }
     b->image_sizes.push_back(im.height);
