@@ -465,6 +465,18 @@ void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int 
 }
 
 void hflip_image(uint8_t* pixels, int w, int h, int channels) {
+  if (channels == 3) {  // the usual case, with the pixel's size known to the compiler
+    for (int y = 0; y < h; ++y) {
+      uint8_t* r = pixels + static_cast<size_t>(y) * w * 3;
+      for (int a = 0, b = w - 1; a < b; ++a, --b) {
+        uint8_t t[3];
+        std::memcpy(t, r + 3 * a, 3);
+        std::memcpy(r + 3 * a, r + 3 * b, 3);
+        std::memcpy(r + 3 * b, t, 3);
+      }
+    }
+    return;
+  }
   for (int y = 0; y < h; ++y) {
     uint8_t* r = pixels + static_cast<size_t>(y) * w * channels;
     for (int a = 0, b = w - 1; a < b; ++a, --b) {

@@ -205,20 +205,7 @@ double letterbox(YoloxSample& s, int input_h, int input_w) {
   return r;
 }
 
-void augment_hsv(YoloxSample& s, const std::array<int, 3>& gains) {
-  std::vector<uint8_t> hsv(s.pixels.size());
-  cv4::rgb_to_hsv(s.pixels.data(), hsv.data(), s.width, s.height);
-  uint8_t shift[3][256];  // each channel's new value by its old one
-  for (int v = 0; v < 256; ++v) {
-    shift[0][v] = static_cast<uint8_t>(((v + gains[0]) % 180 + 180) % 180);  // numpy's %: the divisor's sign
-    shift[1][v] = static_cast<uint8_t>(std::clamp(v + gains[1], 0, 255));
-    shift[2][v] = static_cast<uint8_t>(std::clamp(v + gains[2], 0, 255));
-  }
-  for (size_t i = 0; i < hsv.size(); i += 3) {
-    hsv[i] = shift[0][hsv[i]], hsv[i + 1] = shift[1][hsv[i + 1]], hsv[i + 2] = shift[2][hsv[i + 2]];
-  }
-  cv4::hsv_to_rgb(hsv.data(), s.pixels.data(), s.width, s.height);
-}
+void augment_hsv(YoloxSample& s, const std::array<int, 3>& gains) { cv4::hsv_jitter(s.pixels.data(), s.width, s.height, gains); }
 
 std::array<int, 3> draw_hsv_gains(YoloxDraws& draws, const std::array<double, 3>& gain, std::array<double, 3>* uniform_out,
                                   std::array<int, 3>* select_out) {
@@ -359,15 +346,12 @@ void mixup(YoloxSample& origin, const YoloxSample& other, const MixupParams& p, 
   // astype(uint8) truncates it.
   for (int y = 0; y < th; ++y) {
     const int sy = y + p.y_offset;
-    for (int x = 0; x < tw; ++x) {
-      const int sx = x + p.x_offset;
-      const bool in = sy < oh && sx < ow;
-      for (int c = 0; c < 3; ++c) {
-        const int b = in ? cp.pixels[(static_cast<size_t>(sy) * ow + sx) * 3 + c] : 0;
-        uint8_t& a = origin.pixels[(static_cast<size_t>(y) * tw + x) * 3 + c];
-        a = static_cast<uint8_t>((a + b) >> 1);
-      }
-    }
+    uint8_t* a = &origin.pixels[static_cast<size_t>(y) * tw * 3];
+    // The part of the row over the jittered image, then the part over its zero padding.
+    const size_t over = sy < oh ? static_cast<size_t>(std::clamp(ow - p.x_offset, 0, tw)) * 3 : 0;
+    const uint8_t* b = sy < oh ? &cp.pixels[(static_cast<size_t>(sy) * ow + p.x_offset) * 3] : nullptr;
+    for (size_t i = 0; i < over; ++i) a[i] = static_cast<uint8_t>((a[i] + b[i]) >> 1);
+    for (size_t i = over; i < static_cast<size_t>(tw) * 3; ++i) a[i] = static_cast<uint8_t>(a[i] >> 1);
   }
   // adjust_box_anns(boxes, cp_scale_ratio, 0, 0, origin_w, origin_h), the flip, the crop.
   for (size_t i = 0; i < cp.size(); ++i) {

@@ -6,6 +6,8 @@
 // Hand-written: Debian's libopencv-imgproc would do these, at the price of OpenCV in the data layer
 // and pixels that follow its CPU dispatch (docs/DESIGN.md, Dependencies: a decision left open).
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -24,8 +26,58 @@
 #define CRUCIBLE_AVX2_CLONES
 #endif
 
+// The AVX2 loops (8 pixels a step, the same integer and float operations as the scalar ones):
+// functions compiled for AVX2 by attribute and picked at run time, so the rest of the file, and
+// any CPU without AVX2, keeps the scalar code. Gathers read 4 bytes where a loop needs 1 to 3:
+// each loop leaves to the scalar code the last pixels whose read would pass the buffer's end.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define CRUCIBLE_CV4_AVX2 1
+#define CRUCIBLE_TARGET_AVX2 __attribute__((target("avx2")))
+#define CRUCIBLE_TARGET_AVX2_FMA __attribute__((target("avx2,fma")))
+#endif
+
 namespace crucible::data::cv4 {
 namespace {
+
+std::atomic<bool> g_vector_loops{true};
+
+bool vector_loops() {
+#ifdef CRUCIBLE_CV4_AVX2
+  static const bool cpu = __builtin_cpu_supports("avx2");
+  return cpu && g_vector_loops.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+// HSV2RGB_b's vector loop fuses 1 - s·h as OpenCV's AVX-512 build does.
+bool fma_cpu() {
+#ifdef CRUCIBLE_CV4_AVX2
+  static const bool cpu = __builtin_cpu_supports("fma");
+  return cpu;
+#else
+  return false;
+#endif
+}
+
+#ifdef CRUCIBLE_CV4_AVX2
+// 8 pixels' channels (each an int32 lane in [0, 255]) written as 24 interleaved bytes.
+CRUCIBLE_TARGET_AVX2 inline void store_rgb8(uint8_t* d, __m256i c0, __m256i c1, __m256i c2) {
+  const __m256i px = _mm256_or_si256(c0, _mm256_or_si256(_mm256_slli_epi32(c1, 8), _mm256_slli_epi32(c2, 16)));
+  const __m256i pick = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,  //
+                                        0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  alignas(32) uint8_t tmp[32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), _mm256_shuffle_epi8(px, pick));
+  std::memcpy(d, tmp, 12);
+  std::memcpy(d + 12, tmp + 16, 12);
+}
+
+// 8 lanes of 4 bytes from `base` + each lane's byte offset.
+CRUCIBLE_TARGET_AVX2 inline __m256i gather4(const uint8_t* base, __m256i offsets) {
+  return _mm256_i32gather_epi32(reinterpret_cast<const int*>(base), offsets, 1);
+}
+#endif
 
 constexpr int kResizeBits = 11, kResizeOne = 1 << kResizeBits;  // INTER_RESIZE_COEF_BITS
 constexpr int kInterBits = 5, kInterTab = 1 << kInterBits;      // INTER_BITS: 1/32 pixel
@@ -84,6 +136,24 @@ CRUCIBLE_AVX2_CLONES void vertical_linear(const int* s0, const int* s1, int b0, 
   }
 }
 
+#ifdef CRUCIBLE_CV4_AVX2
+// HResizeLinear's sums for output pixels [0, pixels) of a 3-channel row: each pixel's two source
+// pixels (4 bytes read, 3 used) interleaved as 16-bit pairs and multiplied by its weight pair
+// (w0 | w1 << 16) in one madd. Writes 4 ints a pixel, the 4th overwritten by the next pixel's
+// (the caller keeps one int of room after the row).
+CRUCIBLE_TARGET_AVX2 void horizontal_linear3_avx2(const uint8_t* s, const int* ofs0, const int* ofs1, const int* weights,
+                                                  int* d, int pixels) {
+  for (int x = 0; x < pixels; ++x) {
+    uint32_t a, b;
+    std::memcpy(&a, s + ofs0[x], 4);
+    std::memcpy(&b, s + ofs1[x], 4);
+    const __m128i pairs = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(a)),
+                                                              _mm_cvtsi32_si128(static_cast<int>(b))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * x), _mm_madd_epi16(pairs, _mm_set1_epi32(weights[x])));
+  }
+}
+#endif
+
 // BilinearTab_i: (1 - fy, fy) × (1 - fx, fx) × 2^15 for fx, fy in 32nds, exact (no correction needed).
 struct BilinearTable {
   int w[kInterTab * kInterTab][4];
@@ -115,31 +185,50 @@ void resize_linear(const uint8_t* src, int src_w, int src_h, int channels, uint8
     return;
   }
   const Axis ax = linear_axis(src_w, dst_w, true), ay = linear_axis(src_h, dst_h, false);
-  // The horizontal pass (HResizeLinear, in int): each output pixel's two source pixels and weights.
+  // The horizontal pass (HResizeLinear, in int), element by element: each output channel value's
+  // two source bytes (offsets in the row) and weights.
   const size_t n = static_cast<size_t>(dst_w) * channels;
-  std::vector<int> ofs0(dst_w), ofs1(dst_w);
+  const size_t row_bytes = static_cast<size_t>(src_w) * channels;
+  std::vector<int> o0(n), o1(n), w0(n), w1(n);
   for (int x = 0; x < dst_w; ++x) {
-    ofs0[x] = ax.index[x] * channels;
-    ofs1[x] = std::min(ax.index[x] + 1, src_w - 1) * channels;
+    for (int c = 0; c < channels; ++c) {
+      const size_t k = static_cast<size_t>(x) * channels + c;
+      o0[k] = ax.index[x] * channels + c;
+      o1[k] = std::min(ax.index[x] + 1, src_w - 1) * channels + c;
+      w0[k] = ax.w0[x], w1[k] = ax.w1[x];
+    }
   }
-  // Each source row's pass once, when an output row first needs it.
-  std::unique_ptr<int[]> rows(new int[static_cast<size_t>(src_h) * n]);
+  // The vector loop (3 channels): the output pixels whose 4-byte reads stay inside the source
+  // row, a prefix; each pixel's weights as one int of two 16-bit halves.
+  int vector_pixels = 0;
+  std::vector<int> ofs0, ofs1, pair;
+  if (channels == 3 && vector_loops()) {
+    while (vector_pixels < dst_w &&
+           static_cast<size_t>(std::max(o0[3 * vector_pixels], o1[3 * vector_pixels])) + 4 <= row_bytes) {
+      ++vector_pixels;
+    }
+    for (int x = 0; x < vector_pixels; ++x) {
+      ofs0.push_back(o0[3 * x]), ofs1.push_back(o1[3 * x]);
+      pair.push_back(static_cast<int>(static_cast<uint32_t>(ax.w0[x]) | static_cast<uint32_t>(ax.w1[x]) << 16));
+    }
+  }
+  // Each source row's pass once, when an output row first needs it (each row with one int of
+  // room after it for the vector loop's 4-int stores).
+  const size_t stride = n + 1;
+  std::unique_ptr<int[]> rows(new int[static_cast<size_t>(src_h) * stride]);
   std::vector<uint8_t> done(src_h, 0);
   auto row = [&](int y) -> const int* {
-    int* d = &rows[y * n];
+    int* d = &rows[y * stride];
     if (done[y] == 0) {
-      const uint8_t* s = src + static_cast<size_t>(y) * src_w * channels;
-      if (channels == 3) {
-        for (int x = 0; x < dst_w; ++x) {
-          const uint8_t *p0 = s + ofs0[x], *p1 = s + ofs1[x];
-          const int a = ax.w0[x], b = ax.w1[x];
-          d[3 * x] = p0[0] * a + p1[0] * b, d[3 * x + 1] = p0[1] * a + p1[1] * b, d[3 * x + 2] = p0[2] * a + p1[2] * b;
-        }
-      } else {
-        for (int x = 0; x < dst_w; ++x) {
-          for (int c = 0; c < channels; ++c) d[x * channels + c] = s[ofs0[x] + c] * ax.w0[x] + s[ofs1[x] + c] * ax.w1[x];
-        }
+      const uint8_t* s = src + static_cast<size_t>(y) * row_bytes;
+      size_t k = 0;
+#ifdef CRUCIBLE_CV4_AVX2
+      if (vector_pixels > 0) {
+        horizontal_linear3_avx2(s, ofs0.data(), ofs1.data(), pair.data(), d, vector_pixels);
+        k = static_cast<size_t>(vector_pixels) * 3;
       }
+#endif
+      for (; k < n; ++k) d[k] = s[o0[k]] * w0[k] + s[o1[k]] * w1[k];
       done[y] = 1;
     }
     return d;
@@ -150,6 +239,103 @@ void resize_linear(const uint8_t* src, int src_w, int src_h, int channels, uint8
     vertical_linear(s0, s1, ay.w0[y], ay.w1[y], dst + y * n, n);
   }
 }
+
+namespace {
+
+// One row of warpAffine's output: the source, the row's fixed-point start and each column's step.
+struct WarpRow {
+  const uint8_t* src;
+  int src_w, src_h;
+  const int *adelta, *bdelta;
+  int x0, y0;
+  const uint8_t* border;
+};
+
+// Output pixel x of the row (remapBilinear, 3 channels).
+inline void warp_pixel(const WarpRow& r, int x, uint8_t* d) {
+  const int X = (r.x0 + r.adelta[x]) >> (kAbBits - kInterBits), Y = (r.y0 + r.bdelta[x]) >> (kAbBits - kInterBits);
+  // The map is stored as shorts (saturate_cast<short>), the fraction as a table index.
+  const int sx = std::clamp(X >> kInterBits, -32768, 32767), sy = std::clamp(Y >> kInterBits, -32768, 32767);
+  const int* w = kBilinear.w[((Y & (kInterTab - 1)) << kInterBits) | (X & (kInterTab - 1))];
+  const int src_w = r.src_w, src_h = r.src_h;
+  if (static_cast<unsigned>(sx) < static_cast<unsigned>(src_w - 1) && static_cast<unsigned>(sy) < static_cast<unsigned>(src_h - 1)) {
+    const uint8_t* p = r.src + (static_cast<size_t>(sy) * src_w + sx) * 3;
+    const uint8_t* q = p + static_cast<size_t>(src_w) * 3;
+    for (int c = 0; c < 3; ++c) {
+      d[c] = static_cast<uint8_t>((p[c] * w[0] + p[c + 3] * w[1] + q[c] * w[2] + q[c + 3] * w[3] + (1 << (kRemapBits - 1))) >>
+                                  kRemapBits);
+    }
+    return;
+  }
+  if (sx >= src_w || sx + 1 < 0 || sy >= src_h || sy + 1 < 0) {  // remapBilinear: all four taps outside
+    d[0] = r.border[0], d[1] = r.border[1], d[2] = r.border[2];
+    return;
+  }
+  const uint8_t* taps[4];
+  for (int k = 0; k < 4; ++k) {
+    const int tx = sx + (k & 1), ty = sy + (k >> 1);
+    taps[k] = tx >= 0 && tx < src_w && ty >= 0 && ty < src_h ? r.src + (static_cast<size_t>(ty) * src_w + tx) * 3 : r.border;
+  }
+  for (int c = 0; c < 3; ++c) {
+    const int v = taps[0][c] * w[0] + taps[1][c] * w[1] + taps[2][c] * w[2] + taps[3][c] * w[3];
+    d[c] = static_cast<uint8_t>((v + (1 << (kRemapBits - 1))) >> kRemapBits);
+  }
+}
+
+#ifdef CRUCIBLE_CV4_AVX2
+// The row 8 pixels a step: a step whose 8 source squares are all inside the image in vector
+// registers (the taps' reads end inside the square's pixels), any other by warp_pixel. Returns
+// the pixels done (the rest of the row is the caller's).
+CRUCIBLE_TARGET_AVX2 int warp_row_avx2(const WarpRow& r, int dst_w, uint8_t* d) {
+  const __m256i x0 = _mm256_set1_epi32(r.x0), y0 = _mm256_set1_epi32(r.y0);
+  const __m256i last_x = _mm256_set1_epi32(r.src_w - 1), last_y = _mm256_set1_epi32(r.src_h - 1);
+  const __m256i minus1 = _mm256_set1_epi32(-1), lo = _mm256_set1_epi32(-32768), hi = _mm256_set1_epi32(32767);
+  const __m256i width = _mm256_set1_epi32(r.src_w), row3 = _mm256_set1_epi32(r.src_w * 3);
+  const __m256i frac = _mm256_set1_epi32(kInterTab - 1), tab = _mm256_set1_epi32(kInterTab);
+  const __m256i ff = _mm256_set1_epi32(0xff), half = _mm256_set1_epi32(1 << (kRemapBits - 1));
+  int x = 0;
+  for (; x + 8 <= dst_w; x += 8) {
+    const __m256i X = _mm256_srai_epi32(
+        _mm256_add_epi32(x0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.adelta + x))), kAbBits - kInterBits);
+    const __m256i Y = _mm256_srai_epi32(
+        _mm256_add_epi32(y0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.bdelta + x))), kAbBits - kInterBits);
+    const __m256i sx = _mm256_max_epi32(_mm256_min_epi32(_mm256_srai_epi32(X, kInterBits), hi), lo);
+    const __m256i sy = _mm256_max_epi32(_mm256_min_epi32(_mm256_srai_epi32(Y, kInterBits), hi), lo);
+    const __m256i inside = _mm256_and_si256(
+        _mm256_and_si256(_mm256_cmpgt_epi32(sx, minus1), _mm256_cmpgt_epi32(last_x, sx)),
+        _mm256_and_si256(_mm256_cmpgt_epi32(sy, minus1), _mm256_cmpgt_epi32(last_y, sy)));
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(inside)) != 0xff) {
+      for (int k = 0; k < 8; ++k) warp_pixel(r, x + k, d + 3 * (x + k));
+      continue;
+    }
+    // BilinearTab_i's four weights, from the fractions.
+    const __m256i fx = _mm256_and_si256(X, frac), fy = _mm256_and_si256(Y, frac);
+    const __m256i gx = _mm256_sub_epi32(tab, fx), gy = _mm256_sub_epi32(tab, fy);
+    const __m256i w0 = _mm256_slli_epi32(_mm256_mullo_epi32(gy, gx), 5), w1 = _mm256_slli_epi32(_mm256_mullo_epi32(gy, fx), 5);
+    const __m256i w2 = _mm256_slli_epi32(_mm256_mullo_epi32(fy, gx), 5), w3 = _mm256_slli_epi32(_mm256_mullo_epi32(fy, fx), 5);
+    __m256i off = _mm256_add_epi32(_mm256_mullo_epi32(sy, width), sx);
+    off = _mm256_add_epi32(off, _mm256_slli_epi32(off, 1));  // × 3
+    const __m256i two = _mm256_set1_epi32(2);
+    // p: the square's top-left pixel (its bytes 0–2); p1: from its last byte, the next pixel (bytes 1–3).
+    const __m256i p = gather4(r.src, off), p1 = _mm256_srli_epi32(gather4(r.src, _mm256_add_epi32(off, two)), 8);
+    const __m256i below = _mm256_add_epi32(off, row3);
+    const __m256i q = gather4(r.src, below), q1 = _mm256_srli_epi32(gather4(r.src, _mm256_add_epi32(below, two)), 8);
+    __m256i out[3];
+    for (int c = 0; c < 3; ++c) {
+      const __m128i sh = _mm_cvtsi32_si128(8 * c);
+      const __m256i pc = _mm256_and_si256(_mm256_srl_epi32(p, sh), ff), p1c = _mm256_and_si256(_mm256_srl_epi32(p1, sh), ff);
+      const __m256i qc = _mm256_and_si256(_mm256_srl_epi32(q, sh), ff), q1c = _mm256_and_si256(_mm256_srl_epi32(q1, sh), ff);
+      const __m256i v = _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(pc, w0), _mm256_mullo_epi32(p1c, w1)),
+                                         _mm256_add_epi32(_mm256_mullo_epi32(qc, w2), _mm256_mullo_epi32(q1c, w3)));
+      out[c] = _mm256_srli_epi32(_mm256_add_epi32(v, half), kRemapBits);
+    }
+    store_rgb8(d + 3 * x, out[0], out[1], out[2]);
+  }
+  return x;
+}
+#endif
+
+}  // namespace
 
 void warp_affine(const uint8_t* src, int src_w, int src_h, uint8_t* dst, int dst_w, int dst_h, const double m[6],
                  const uint8_t border[3]) {
@@ -167,38 +353,17 @@ void warp_affine(const uint8_t* src, int src_w, int src_h, uint8_t* dst, int dst
     bdelta[x] = cv_round(a[3] * x * kAbScale);
   }
   const int round_delta = kAbScale / kInterTab / 2;
+  // The vector loop's byte offsets are int32: an image of 2^31 bytes or more takes the scalar one.
+  [[maybe_unused]] const bool vector = vector_loops() && static_cast<int64_t>(src_w) * src_h * 3 < (int64_t{1} << 31) - 8;
   for (int y = 0; y < dst_h; ++y) {
-    const int x0 = cv_round((a[1] * y + a[2]) * kAbScale) + round_delta;
-    const int y0 = cv_round((a[4] * y + a[5]) * kAbScale) + round_delta;
+    WarpRow r{src, src_w, src_h, adelta.data(), bdelta.data(), cv_round((a[1] * y + a[2]) * kAbScale) + round_delta,
+              cv_round((a[4] * y + a[5]) * kAbScale) + round_delta, border};
     uint8_t* d = dst + static_cast<size_t>(y) * dst_w * 3;
-    for (int x = 0; x < dst_w; ++x, d += 3) {
-      const int X = (x0 + adelta[x]) >> (kAbBits - kInterBits), Y = (y0 + bdelta[x]) >> (kAbBits - kInterBits);
-      // The map is stored as shorts (saturate_cast<short>), the fraction as a table index.
-      const int sx = std::clamp(X >> kInterBits, -32768, 32767), sy = std::clamp(Y >> kInterBits, -32768, 32767);
-      const int* w = kBilinear.w[((Y & (kInterTab - 1)) << kInterBits) | (X & (kInterTab - 1))];
-      if (static_cast<unsigned>(sx) < static_cast<unsigned>(src_w - 1) && static_cast<unsigned>(sy) < static_cast<unsigned>(src_h - 1)) {
-        const uint8_t* p = src + (static_cast<size_t>(sy) * src_w + sx) * 3;
-        const uint8_t* q = p + static_cast<size_t>(src_w) * 3;
-        for (int c = 0; c < 3; ++c) {
-          d[c] = static_cast<uint8_t>((p[c] * w[0] + p[c + 3] * w[1] + q[c] * w[2] + q[c + 3] * w[3] + (1 << (kRemapBits - 1))) >>
-                                      kRemapBits);
-        }
-        continue;
-      }
-      if (sx >= src_w || sx + 1 < 0 || sy >= src_h || sy + 1 < 0) {  // remapBilinear: all four taps outside
-        d[0] = border[0], d[1] = border[1], d[2] = border[2];
-        continue;
-      }
-      const uint8_t* taps[4];
-      for (int k = 0; k < 4; ++k) {
-        const int tx = sx + (k & 1), ty = sy + (k >> 1);
-        taps[k] = tx >= 0 && tx < src_w && ty >= 0 && ty < src_h ? src + (static_cast<size_t>(ty) * src_w + tx) * 3 : border;
-      }
-      for (int c = 0; c < 3; ++c) {
-        const int v = taps[0][c] * w[0] + taps[1][c] * w[1] + taps[2][c] * w[2] + taps[3][c] * w[3];
-        d[c] = static_cast<uint8_t>((v + (1 << (kRemapBits - 1))) >> kRemapBits);
-      }
-    }
+    int x = 0;
+#ifdef CRUCIBLE_CV4_AVX2
+    if (vector) x = warp_row_avx2(r, dst_w, d);
+#endif
+    for (; x < dst_w; ++x) warp_pixel(r, x, d + 3 * x);
   }
 }
 
@@ -249,39 +414,192 @@ inline int round_level(float v) {
 
 }  // namespace
 
+namespace {
+
+#ifdef CRUCIBLE_CV4_AVX2
+// RGB2HSV_b of 8 pixels read as 4-byte lanes (R, G, B, anything): H, S and V as int32 lanes.
+CRUCIBLE_TARGET_AVX2 inline void hsv8(__m256i px, const HsvTables& t, __m256i* H, __m256i* S, __m256i* V) {
+  const __m256i ff = _mm256_set1_epi32(0xff), round = _mm256_set1_epi32(1 << 11), zero = _mm256_setzero_si256();
+  const __m256i r = _mm256_and_si256(px, ff), g = _mm256_and_si256(_mm256_srli_epi32(px, 8), ff);
+  const __m256i b = _mm256_and_si256(_mm256_srli_epi32(px, 16), ff);
+  const __m256i v = _mm256_max_epi32(r, _mm256_max_epi32(g, b)), vmin = _mm256_min_epi32(r, _mm256_min_epi32(g, b));
+  const __m256i diff = _mm256_sub_epi32(v, vmin);
+  const __m256i vr = _mm256_cmpeq_epi32(v, r), vg = _mm256_cmpeq_epi32(v, g);
+  const __m256i sdiv = _mm256_i32gather_epi32(t.sdiv, v, 4), hdiv = _mm256_i32gather_epi32(t.hdiv, diff, 4);
+  const __m256i sat = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(diff, sdiv), round), 12);
+  const __m256i if_g = _mm256_add_epi32(_mm256_sub_epi32(b, r), _mm256_slli_epi32(diff, 1));
+  const __m256i if_b = _mm256_add_epi32(_mm256_sub_epi32(r, g), _mm256_slli_epi32(diff, 2));
+  const __m256i not_r = _mm256_add_epi32(_mm256_and_si256(vg, if_g), _mm256_andnot_si256(vg, if_b));
+  __m256i h = _mm256_add_epi32(_mm256_and_si256(vr, _mm256_sub_epi32(g, b)), _mm256_andnot_si256(vr, not_r));
+  h = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(h, hdiv), round), 12);
+  *H = _mm256_add_epi32(h, _mm256_and_si256(_mm256_cmpgt_epi32(zero, h), _mm256_set1_epi32(180)));
+  *S = sat;
+  *V = v;
+}
+
+// RGB2HSV_b for pixels [0, n) (n a multiple of 8; the caller keeps the 4-byte reads inside).
+CRUCIBLE_TARGET_AVX2 void rgb_to_hsv_avx2(const uint8_t* rgb, uint8_t* hsv, size_t n, const HsvTables& t) {
+  const __m256i lanes = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);
+  for (size_t i = 0; i < n; i += 8) {
+    __m256i h, s, v;
+    hsv8(gather4(rgb + 3 * i, lanes), t, &h, &s, &v);
+    store_rgb8(hsv + 3 * i, h, s, v);
+  }
+}
+
+// HSV2RGB_b of 8 pixels (H < 180, S, V as int32 lanes): the factors as HsvFactors computes them
+// (the same float operations, 1 - s·h fused), chosen by sector; `truncate`: the levels of
+// OpenCV's vector blocks, else rounded half to even (its tail).
+CRUCIBLE_TARGET_AVX2_FMA inline void rgb8(__m256i H, __m256i S, __m256i V, bool truncate, uint8_t* out) {
+  const __m256 one = _mm256_set1_ps(1.f);
+  const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(S), _mm256_set1_ps(1.0f / 255.0f));
+  __m256 h = _mm256_mul_ps(_mm256_cvtepi32_ps(H), _mm256_set1_ps(6.0f / 180.0f));
+  const __m256 sector = _mm256_round_ps(h, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  h = _mm256_sub_ps(h, sector);
+  const __m256 tab[4] = {one, _mm256_sub_ps(one, s), _mm256_fnmadd_ps(s, h, one),
+                         _mm256_fnmadd_ps(s, _mm256_sub_ps(one, h), one)};
+  const __m256i sec = _mm256_cvttps_epi32(sector);
+  const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(V), _mm256_set1_ps(1.0f / 255.0f));
+  // kSectorRgb by channel: which of tab[] each sector takes (sectors 6 and 7 never occur).
+  const __m256i which[3] = {_mm256_setr_epi32(0, 2, 1, 1, 3, 0, 0, 0), _mm256_setr_epi32(3, 0, 0, 2, 1, 1, 0, 0),
+                            _mm256_setr_epi32(1, 1, 3, 0, 0, 2, 0, 0)};
+  __m256i level[3];
+  for (int c = 0; c < 3; ++c) {
+    const __m256i k = _mm256_permutevar8x32_epi32(which[c], sec);
+    __m256 f = tab[0];
+    for (int t = 1; t < 4; ++t) {
+      f = _mm256_blendv_ps(f, tab[t], _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, _mm256_set1_epi32(t))));
+    }
+    const __m256 l = _mm256_mul_ps(_mm256_mul_ps(v, f), _mm256_set1_ps(255.0f));
+    level[c] = truncate ? _mm256_cvttps_epi32(l) : _mm256_cvtps_epi32(l);  // the latter: MXCSR's half to even
+  }
+  store_rgb8(out, level[0], level[1], level[2]);
+}
+
+// HSV2RGB_b for pixels [x, x + 8) of a row: false when a hue is past 179 (the scalar loop names it).
+CRUCIBLE_TARGET_AVX2_FMA bool hsv_to_rgb8_avx2(const uint8_t* in, uint8_t* out, bool truncate) {
+  const __m256i ff = _mm256_set1_epi32(0xff);
+  const __m256i px = gather4(in, _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21));
+  const __m256i H = _mm256_and_si256(px, ff), S = _mm256_and_si256(_mm256_srli_epi32(px, 8), ff);
+  const __m256i V = _mm256_and_si256(_mm256_srli_epi32(px, 16), ff);
+  if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(H, _mm256_set1_epi32(179))) != 0) return false;
+  rgb8(H, S, V, truncate, out);
+  return true;
+}
+
+// YOLOX's HSV jitter of a row's pixels [0, end) in place, 8 a step (returns the pixels done): RGB
+// to HSV, H + hue modulo 180 (hue in [0, 180)), S + ds and V + dv clipped, back to RGB.
+CRUCIBLE_TARGET_AVX2_FMA int hsv_jitter_row_avx2(uint8_t* row, int end, int simd_end, int hue, int ds, int dv,
+                                                 const HsvTables& t) {
+  const __m256i lanes = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);
+  const __m256i dh = _mm256_set1_epi32(hue), h180 = _mm256_set1_epi32(180), h179 = _mm256_set1_epi32(179);
+  const __m256i vs = _mm256_set1_epi32(ds), vv = _mm256_set1_epi32(dv);
+  const __m256i zero = _mm256_setzero_si256(), top = _mm256_set1_epi32(255);
+  int x = 0;
+  for (; x + 8 <= end; x += 8) {
+    __m256i h, s, v;
+    hsv8(gather4(row + 3 * x, lanes), t, &h, &s, &v);
+    h = _mm256_add_epi32(h, dh);
+    h = _mm256_sub_epi32(h, _mm256_and_si256(_mm256_cmpgt_epi32(h, h179), h180));
+    s = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(s, vs), zero), top);
+    v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, vv), zero), top);
+    rgb8(h, s, v, x < simd_end, row + 3 * x);
+  }
+  return x;
+}
+#endif
+
+}  // namespace
+
+namespace {
+
+// RGB2HSV_b of one pixel. Channel order: red is rgb[0] here where BGR data has it at [2].
+inline void hsv_of(const uint8_t* rgb, uint8_t* hsv, const HsvTables& t) {
+  const int r = rgb[0], g = rgb[1], b = rgb[2];
+  const int v = std::max({r, g, b}), vmin = std::min({r, g, b}), diff = v - vmin;
+  const int vr = v == r ? -1 : 0, vg = v == g ? -1 : 0;
+  const int s = (diff * t.sdiv[v] + (1 << 11)) >> 12;
+  int h = (vr & (g - b)) + (~vr & ((vg & (b - r + 2 * diff)) + ((~vg) & (r - g + 4 * diff))));
+  h = (h * t.hdiv[diff] + (1 << 11)) >> 12;
+  h += h < 0 ? 180 : 0;
+  hsv[0] = static_cast<uint8_t>(h), hsv[1] = static_cast<uint8_t>(s), hsv[2] = static_cast<uint8_t>(v);
+}
+
+// HSV2RGB_b of one pixel; `truncate` inside OpenCV's vector blocks, else rounded (its tail).
+inline void rgb_of(const uint8_t* hsv, uint8_t* rgb, const HsvFactors& t, bool truncate) {
+  if (hsv[0] >= 180) throw bad_input("HSV to RGB: hue {} past 179", hsv[0]);
+  const float* f = t.f[hsv[0] * 256 + hsv[1]];
+  const float v = static_cast<float>(hsv[2]) * (1.0f / 255.0f);
+  for (int c = 0; c < 3; ++c) {
+    const float level = (v * f[c]) * 255.0f;  // in [0, 255]
+    // The vector loop truncates (v_trunc); the scalar tail rounds (saturate_cast).
+    rgb[c] = static_cast<uint8_t>(truncate ? static_cast<int>(level) : round_level(level));
+  }
+}
+
+}  // namespace
+
 void rgb_to_hsv(const uint8_t* rgb, uint8_t* hsv, int width, int height) {
   static const HsvTables t;
   const size_t n = static_cast<size_t>(width) * height;
-  for (size_t i = 0; i < n; ++i) {
-    // Channel order: red is rgb[0] here where BGR data has it at [2].
-    const int r = rgb[3 * i], g = rgb[3 * i + 1], b = rgb[3 * i + 2];
-    const int v = std::max({r, g, b}), vmin = std::min({r, g, b}), diff = v - vmin;
-    const int vr = v == r ? -1 : 0, vg = v == g ? -1 : 0;
-    const int s = (diff * t.sdiv[v] + (1 << 11)) >> 12;
-    int h = (vr & (g - b)) + (~vr & ((vg & (b - r + 2 * diff)) + ((~vg) & (r - g + 4 * diff))));
-    h = (h * t.hdiv[diff] + (1 << 11)) >> 12;
-    h += h < 0 ? 180 : 0;
-    hsv[3 * i] = static_cast<uint8_t>(h), hsv[3 * i + 1] = static_cast<uint8_t>(s), hsv[3 * i + 2] = static_cast<uint8_t>(v);
+  size_t i = 0;
+#ifdef CRUCIBLE_CV4_AVX2
+  if (vector_loops() && n > 8) {  // each step reads one byte past its 8 pixels: the last pixel stays scalar
+    i = (n - 1) / 8 * 8;
+    rgb_to_hsv_avx2(rgb, hsv, i, t);
   }
+#endif
+  for (; i < n; ++i) hsv_of(rgb + 3 * i, hsv + 3 * i, t);
 }
 
 void hsv_to_rgb(const uint8_t* hsv, uint8_t* rgb, int width, int height) {
   static const HsvFactors t;
   const int simd_end = width - width % kHsvBlock;  // the blocks OpenCV's vector loop takes
+  [[maybe_unused]] const bool vector = vector_loops() && fma_cpu();
   for (int y = 0; y < height; ++y) {
     const uint8_t* in = hsv + static_cast<size_t>(y) * width * 3;
     uint8_t* out = rgb + static_cast<size_t>(y) * width * 3;
-    for (int x = 0; x < width; ++x, in += 3, out += 3) {
-      if (in[0] >= 180) throw bad_input("HSV to RGB: hue {} past 179", in[0]);
-      const float* f = t.f[in[0] * 256 + in[1]];
-      const float v = static_cast<float>(in[2]) * (1.0f / 255.0f);
-      for (int c = 0; c < 3; ++c) {
-        const float level = (v * f[c]) * 255.0f;  // in [0, 255]
-        // The vector loop truncates (v_trunc); the scalar tail rounds (saturate_cast).
-        out[c] = static_cast<uint8_t>(x < simd_end ? static_cast<int>(level) : round_level(level));
-      }
+    int x = 0;
+#ifdef CRUCIBLE_CV4_AVX2
+    // Steps of 8 never straddle simd_end (a multiple of 64); the image's last pixel stays scalar
+    // (a step reads one byte past its 8 pixels).
+    const int steps_end = y + 1 < height ? width : width - 1;
+    while (vector && x + 8 <= steps_end && hsv_to_rgb8_avx2(in + 3 * x, out + 3 * x, x < simd_end)) x += 8;
+#endif
+    for (; x < width; ++x) rgb_of(in + 3 * x, out + 3 * x, t, x < simd_end);
+  }
+}
+
+void hsv_jitter(uint8_t* rgb, int width, int height, const std::array<int, 3>& gains) {
+  static const HsvTables to_hsv;
+  static const HsvFactors to_rgb;
+  // YOLOX's shifts on H, S and V: H modulo 180 as numpy's % (the divisor's sign), S and V clipped.
+  const int hue = (gains[0] % 180 + 180) % 180;
+  uint8_t shift[3][256];
+  for (int v = 0; v < 256; ++v) {
+    shift[0][v] = static_cast<uint8_t>((v + hue) % 180);  // v < 180 for a hue
+    shift[1][v] = static_cast<uint8_t>(std::clamp(v + gains[1], 0, 255));
+    shift[2][v] = static_cast<uint8_t>(std::clamp(v + gains[2], 0, 255));
+  }
+  const int simd_end = width - width % kHsvBlock;
+  [[maybe_unused]] const bool vector = vector_loops() && fma_cpu();
+  for (int y = 0; y < height; ++y) {
+    uint8_t* row = rgb + static_cast<size_t>(y) * width * 3;
+    int x = 0;
+#ifdef CRUCIBLE_CV4_AVX2
+    // In place: a step reads its 8 pixels (and one byte of the next) before it writes them.
+    const int steps_end = y + 1 < height ? width : width - 1;
+    if (vector) x = hsv_jitter_row_avx2(row, steps_end, simd_end, hue, gains[1], gains[2], to_hsv);
+#endif
+    for (; x < width; ++x) {
+      uint8_t hsv[3];
+      hsv_of(row + 3 * x, hsv, to_hsv);
+      hsv[0] = shift[0][hsv[0]], hsv[1] = shift[1][hsv[1]], hsv[2] = shift[2][hsv[2]];
+      rgb_of(hsv, row + 3 * x, to_rgb, x < simd_end);
     }
   }
 }
+
+bool use_vector_loops(bool on) { return g_vector_loops.exchange(on); }
 
 }  // namespace crucible::data::cv4

@@ -75,6 +75,16 @@ void rgb_to_hsv(const uint8_t* rgb, uint8_t* hsv, int width, int height);
 // other rows may differ by 1 level between their last multiple of 32 and of 64 pixels.
 void hsv_to_rgb(const uint8_t* hsv, uint8_t* rgb, int width, int height);
 
+// augment_hsv's pixels in one pass, in place: rgb_to_hsv, then H + gains[0] modulo 180 (numpy's
+// %), S + gains[1] and V + gains[2] clipped to [0, 255], then hsv_to_rgb; the same bytes as the
+// three passes.
+void hsv_jitter(uint8_t* rgb, int width, int height, const std::array<int, 3>& gains);
+
+// Whether the functions above use their AVX2 loops where the CPU has AVX2 (the default; the same bytes,
+// 8 pixels a step): off, the scalar ones everywhere, which tests compare them with. Returns the
+// previous setting.
+bool use_vector_loops(bool on);
+
 }  // namespace cv4
 
 // A sample in YOLOX's arithmetic: RGB [height, width, 3] pixels and float64 boxes, as its numpy
