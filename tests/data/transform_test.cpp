@@ -144,6 +144,28 @@ TEST(Flip, MirrorsEveryRow) {
   EXPECT_EQ(px, (std::vector<uint8_t>{4, 5, 6, 1, 2, 3, 10, 11, 12, 7, 8, 9}));
 }
 
+// Every width up to 100 and a wide row (the SSSE3 loop's 16-pixel blocks from both ends and the
+// middle it leaves), against the mirror written pixel by pixel; 1 and 4 channels too.
+TEST(Flip, EveryWidthEqualsThePixelByPixelMirror) {
+  for (int channels : {3, 1, 4}) {
+    for (int w = 1; w <= 1030; w += (w < 100 ? 1 : 233)) {
+      const int h = 3;
+      std::vector<uint8_t> px(static_cast<size_t>(w) * h * channels);
+      for (size_t k = 0; k < px.size(); ++k) px[k] = static_cast<uint8_t>(k * 37 + k / 7);
+      std::vector<uint8_t> want(px.size());
+      for (int y = 0; y < h; ++y) {
+        for (int x = 0; x < w; ++x) {
+          for (int c = 0; c < channels; ++c) {
+            want[(static_cast<size_t>(y) * w + x) * channels + c] = px[(static_cast<size_t>(y) * w + (w - 1 - x)) * channels + c];
+          }
+        }
+      }
+      hflip_image(px.data(), w, h, channels);
+      ASSERT_EQ(px, want) << w << " pixels of " << channels << " channels";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace crucible::data
 

@@ -40,8 +40,9 @@ TEST(YoloxKernels, VectorLoopsEqualTheScalarOnesByteForByte) {
     for (int h = 1; h <= 9; h += 2) {
       const std::vector<uint8_t> img = noise(gen, static_cast<size_t>(w) * h * 3);
       // resize: up, down, by exactly 2, to the same size.
-      for (const auto& [dw, dh] : std::vector<std::pair<int, int>>{{w * 2 + 3, h + 1}, {std::max(1, w / 3), h},
-                                                                   {std::max(1, w / 2), std::max(1, h / 2)}, {w, h}}) {
+      for (const auto& size : std::vector<std::pair<int, int>>{{w * 2 + 3, h + 1}, {std::max(1, w / 3), h},
+                                                               {std::max(1, w / 2), std::max(1, h / 2)}, {w, h}}) {
+        const int dw = size.first, dh = size.second;  // not a structured binding: lambdas capture it (C++17)
         auto [a, b] = both(static_cast<size_t>(dw) * dh * 3,
                            [&](uint8_t* out) { resize_linear(img.data(), w, h, 3, out, dw, dh); });
         ASSERT_EQ(a, b) << "resize " << w << "x" << h << " to " << dw << "x" << dh;
@@ -61,7 +62,9 @@ TEST(YoloxKernels, VectorLoopsEqualTheScalarOnesByteForByte) {
         ++checked;
       }
       // HSV both ways, and the fused jitter against the two passes with YOLOX's shifts between.
-      auto [hsv, hsv_scalar] = both(img.size(), [&](uint8_t* out) { rgb_to_hsv(img.data(), out, w, h); });
+      const auto hsv_pair = both(img.size(), [&](uint8_t* out) { rgb_to_hsv(img.data(), out, w, h); });
+      const std::vector<uint8_t>& hsv = hsv_pair.first;
+      const std::vector<uint8_t>& hsv_scalar = hsv_pair.second;
       ASSERT_EQ(hsv, hsv_scalar) << "rgb_to_hsv " << w << "x" << h;
       auto [rgb, rgb_scalar] = both(img.size(), [&](uint8_t* out) { hsv_to_rgb(hsv.data(), out, w, h); });
       ASSERT_EQ(rgb, rgb_scalar) << "hsv_to_rgb " << w << "x" << h;

@@ -404,6 +404,26 @@ class ModuleTest(unittest.TestCase):
         first_window = {i // 20 for i in seen[:40]}
         self.assertEqual(len(first_window), 2, seen)
 
+    def test_a_loader_keeps_freed_blocks_and_release_hands_them_back_T13(self):
+        # In processes of their own (the tuning is process-wide, and glibc's threshold moves with
+        # what a process frees): a freed 24 MiB block goes straight back to the kernel (nothing
+        # for release_host_memory to hand back), unless a loader was made first: then glibc keeps
+        # it for the next batch, and release_host_memory() hands it back.
+        def released(make_loader):
+            script = textwrap.dedent(f"""
+                import numpy as np, crucible
+                if {make_loader}:
+                    crucible.ImageLoader({self.data!r}, batch_size=8, crop=32, threads=1)
+                block = np.full(24 << 20, 7, np.uint8)
+                del block
+                print(crucible.release_host_memory())
+            """)
+            r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return int(r.stdout.split()[-1])
+        self.assertLess(released(False), 4 << 20, "glibc's default unmaps a freed 24 MiB block at once")
+        self.assertGreaterEqual(released(True), 20 << 20, "a loader keeps a freed 24 MiB block for the next batch")
+
     def test_ctrl_c_stops_cleanly(self):
         # A child iterates epochs forever; SIGINT must end it promptly with KeyboardInterrupt, and
         # the loader's threads must be gone once it is dropped. Its threads are counted by name

@@ -67,11 +67,15 @@ void crop_window(DetectionImage& s, int top, int left, int width, int height) {
 // FixedSizeCrop._pad with padding [0, 0, right, bottom]: the boxes do not move.
 void pad_right_bottom(DetectionImage& s, int width, int height, const std::vector<uint8_t>& fill) {
   const int c = s.channels;
-  std::vector<uint8_t> out(static_cast<size_t>(width) * height * c);
-  for (size_t i = 0; i < out.size(); i += c) std::memcpy(out.data() + i, fill.data(), c);
-  const size_t row = static_cast<size_t>(s.width) * c;
-  for (int y = 0; y < s.height; ++y) {
-    std::memcpy(out.data() + static_cast<size_t>(y) * width * c, s.pixels.data() + row * y, row);
+  const size_t out_row = static_cast<size_t>(width) * c, row = static_cast<size_t>(s.width) * c;
+  std::vector<uint8_t> pattern(out_row);  // a row of the fill, copied where the image is not
+  for (size_t i = 0; i < out_row; i += c) std::memcpy(pattern.data() + i, fill.data(), c);
+  std::vector<uint8_t> out(out_row * height);
+  for (int y = 0; y < height; ++y) {
+    uint8_t* o = out.data() + out_row * y;
+    const size_t image = y < s.height ? row : 0;
+    if (image > 0) std::memcpy(o, s.pixels.data() + row * y, image);
+    std::memcpy(o + image, pattern.data() + image, out_row - image);
   }
   s.pixels = std::move(out);
   s.width = width;

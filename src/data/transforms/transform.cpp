@@ -464,11 +464,65 @@ void resize_image(const uint8_t* src, int src_w, int src_h, int src_stride, int 
   }
 }
 
+namespace {
+
+// pshufb masks reversing the order of 16 RGB pixels (48 bytes, three 16-byte registers): output
+// register r takes from input register i the bytes masks[r][i] names (0x80: none).
+struct FlipMasks {
+  alignas(16) uint8_t m[3][3][16];
+  FlipMasks() {
+    for (int r = 0; r < 3; ++r) {
+      for (int i = 0; i < 3; ++i) {
+        for (int b = 0; b < 16; ++b) {
+          const int k = 16 * r + b;                     // output byte
+          const int from = 3 * (15 - k / 3) + k % 3;  // its pixel, mirrored, and its channel
+          m[r][i][b] = from / 16 == i ? static_cast<uint8_t>(from % 16) : 0x80;
+        }
+      }
+    }
+  }
+};
+
+// 16 RGB pixels at `p`, in reverse order, into `out` (both 48 bytes).
+__attribute__((target("ssse3"))) inline void reverse16(const uint8_t* p, const FlipMasks& f, __m128i out[3]) {
+  const __m128i in[3] = {_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32))};
+  for (int r = 0; r < 3; ++r) {
+    __m128i v = _mm_setzero_si128();
+    for (int i = 0; i < 3; ++i) {
+      v = _mm_or_si128(v, _mm_shuffle_epi8(in[i], _mm_load_si128(reinterpret_cast<const __m128i*>(f.m[r][i]))));
+    }
+    out[r] = v;
+  }
+}
+
+// A row of RGB pixels mirrored from both ends 16 pixels at a time; returns how many pixels each
+// end did (the middle is the caller's).
+__attribute__((target("ssse3"))) int hflip_row_rgb_ssse3(uint8_t* row, int w) {
+  static const FlipMasks masks;
+  int a = 0;
+  for (int b = w - 16; a + 16 <= b; a += 16, b -= 16) {
+    __m128i left[3], right[3];
+    reverse16(row + 3 * a, masks, left);
+    reverse16(row + 3 * b, masks, right);
+    for (int r = 0; r < 3; ++r) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 3 * a + 16 * r), right[r]);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 3 * b + 16 * r), left[r]);
+    }
+  }
+  return a;
+}
+
+}  // namespace
+
 void hflip_image(uint8_t* pixels, int w, int h, int channels) {
   if (channels == 3) {  // the usual case, with the pixel's size known to the compiler
+    static const bool ssse3 = __builtin_cpu_supports("ssse3");
     for (int y = 0; y < h; ++y) {
       uint8_t* r = pixels + static_cast<size_t>(y) * w * 3;
-      for (int a = 0, b = w - 1; a < b; ++a, --b) {
+      const int done = ssse3 ? hflip_row_rgb_ssse3(r, w) : 0;  // pixels [0, done) and [w - done, w)
+      for (int a = done, b = w - 1 - done; a < b; ++a, --b) {
         uint8_t t[3];
         std::memcpy(t, r + 3 * a, 3);
         std::memcpy(r + 3 * a, r + 3 * b, 3);
