@@ -164,6 +164,9 @@ void scale_boxes(YoloxSample& s, double r) {
 
 // preproc's image: fitted, at the top left of an input_h × input_w canvas of 114. Returns r.
 double letterbox_image(YoloxSample& s, int input_h, int input_w) {
+  // An image of the input's size is its own letterbox (r = 1: the resize copies, the canvas is
+  // covered): no pass at all. After mosaic and random_affine every training image is one.
+  if (s.width == input_w && s.height == input_h) return 1.0;
   const double r = resize_fitting(s, input_h, input_w, "preproc");
   std::vector<uint8_t> canvas(static_cast<size_t>(input_w) * input_h * 3, kFill);
   for (int y = 0; y < s.height; ++y) {
@@ -326,8 +329,7 @@ void draw_mixup_offsets(YoloxDraws& draws, MixupParams* p, int input_h, int inpu
   p->x_offset = w > target_w ? static_cast<int>(draws.randint(0, w - target_w - 1)) : 0;
 }
 
-void mixup(YoloxSample& origin, const YoloxSample& other, const MixupParams& p, int input_h, int input_w) {
-  YoloxSample cp = other;
+void mixup(YoloxSample& origin, YoloxSample cp, const MixupParams& p, int input_h, int input_w) {
   double ratio = letterbox_image(cp, input_h, input_w);  // cp_img: 114, the image at its top left
   const int ow = static_cast<int>(input_w * p.jit), oh = static_cast<int>(input_h * p.jit);
   if (ow < 1 || oh < 1) throw bad_input("yolox mixup: jit_factor {} leaves no image", p.jit);
@@ -467,7 +469,7 @@ YoloxSample YoloxTrain::mosaic_and_mix(YoloxSample s, YoloxDraws& draws, const D
     other = pulled(context.load(draws.randint(0, context.size - 1)), size);
   }
   yolox::draw_mixup_offsets(draws, &p, size, size, m.height, m.width);
-  yolox::mixup(m, other, p, size, size);
+  yolox::mixup(m, std::move(other), p, size, size);
   return m;
 }
 

@@ -128,31 +128,57 @@ void resize_half(const uint8_t* src, int src_w, int channels, uint8_t* dst, int 
 }
 
 // VResizeLinear<uchar, int, short, FixedPtCast<int, uchar, 22>, VResizeLinearVec_32s8u>: each
-// product shifted down apart, as OpenCV's vector code does.
-CRUCIBLE_AVX2_CLONES void vertical_linear(const int* s0, const int* s1, int b0, int b1,
-                                                                        uint8_t* d, size_t n) {
-  for (size_t x = 0; x < n; ++x) {
-    d[x] = static_cast<uint8_t>((((b0 * (s0[x] >> 4)) >> 16) + ((b1 * (s1[x] >> 4)) >> 16) + 2) >> 2);
-  }
+// product shifted down apart, as OpenCV's vector code does. The rows hold the horizontal sums
+// already shifted down by 4 (S >> 4 < 2^15: what the formula reads of them), as int16.
+CRUCIBLE_AVX2_CLONES void vertical_linear_scalar(const int16_t* s0, const int16_t* s1, int b0, int b1, uint8_t* d,
+                                                 size_t n) {
+  for (size_t x = 0; x < n; ++x) d[x] = static_cast<uint8_t>((((b0 * s0[x]) >> 16) + ((b1 * s1[x]) >> 16) + 2) >> 2);
 }
 
 #ifdef CRUCIBLE_CV4_AVX2
-// HResizeLinear's sums for output pixels [0, pixels) of a 3-channel row: each pixel's two source
-// pixels (4 bytes read, 3 used) interleaved as 16-bit pairs and multiplied by its weight pair
-// (w0 | w1 << 16) in one madd. Writes 4 ints a pixel, the 4th overwritten by the next pixel's
-// (the caller keeps one int of room after the row).
+// The same 16 values a step: (b · s) >> 16 is the high half of a 16-bit product (both factors
+// are below 2^15 and not negative), as OpenCV computes it. Returns the values done.
+CRUCIBLE_TARGET_AVX2 size_t vertical_linear_avx2(const int16_t* s0, const int16_t* s1, int b0, int b1, uint8_t* d,
+                                                 size_t n) {
+  const __m256i w0 = _mm256_set1_epi16(static_cast<int16_t>(b0)), w1 = _mm256_set1_epi16(static_cast<int16_t>(b1));
+  const __m256i two = _mm256_set1_epi16(2);
+  size_t x = 0;
+  for (; x + 16 <= n; x += 16) {
+    const __m256i a = _mm256_mulhi_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0 + x)), w0);
+    const __m256i b = _mm256_mulhi_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s1 + x)), w1);
+    const __m256i v = _mm256_srai_epi16(_mm256_add_epi16(_mm256_add_epi16(a, b), two), 2);
+    const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(v, v), 0x08);  // lanes 0 and 2
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + x), _mm256_castsi256_si128(bytes));
+  }
+  return x;
+}
+
+// HResizeLinear's sums for output pixels [0, pixels) of a 3-channel row, shifted down by 4 as
+// the vertical pass reads them: each pixel's two source pixels (4 bytes read, 3 used)
+// interleaved as 16-bit pairs and multiplied by its weight pair (w0 | w1 << 16) in one madd.
+// Writes 4 values a pixel, the 4th overwritten by the next pixel's (the caller keeps room for
+// one after the row).
 CRUCIBLE_TARGET_AVX2 void horizontal_linear3_avx2(const uint8_t* s, const int* ofs0, const int* ofs1, const int* weights,
-                                                  int* d, int pixels) {
+                                                  int16_t* d, int pixels) {
   for (int x = 0; x < pixels; ++x) {
     uint32_t a, b;
     std::memcpy(&a, s + ofs0[x], 4);
     std::memcpy(&b, s + ofs1[x], 4);
     const __m128i pairs = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(a)),
                                                               _mm_cvtsi32_si128(static_cast<int>(b))));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * x), _mm_madd_epi16(pairs, _mm_set1_epi32(weights[x])));
+    const __m128i sums = _mm_srai_epi32(_mm_madd_epi16(pairs, _mm_set1_epi32(weights[x])), 4);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(d + 3 * x), _mm_packs_epi32(sums, sums));
   }
 }
 #endif
+
+void vertical_linear(const int16_t* s0, const int16_t* s1, int b0, int b1, uint8_t* d, size_t n, bool vector) {
+  size_t x = 0;
+#ifdef CRUCIBLE_CV4_AVX2
+  if (vector) x = vertical_linear_avx2(s0, s1, b0, b1, d, n);
+#endif
+  vertical_linear_scalar(s0 + x, s1 + x, b0, b1, d + x, n - x);
+}
 
 // BilinearTab_i: (1 - fy, fy) × (1 - fx, fx) × 2^15 for fx, fy in 32nds, exact (no correction needed).
 struct BilinearTable {
@@ -212,13 +238,13 @@ void resize_linear(const uint8_t* src, int src_w, int src_h, int channels, uint8
       pair.push_back(static_cast<int>(static_cast<uint32_t>(ax.w0[x]) | static_cast<uint32_t>(ax.w1[x]) << 16));
     }
   }
-  // Each source row's pass once, when an output row first needs it (each row with one int of
-  // room after it for the vector loop's 4-int stores).
+  // Each source row's pass once, when an output row first needs it (each row with room after it
+  // for the vector loop's 4-value stores). Held as S >> 4, all the vertical pass reads of a sum.
   const size_t stride = n + 1;
-  std::unique_ptr<int[]> rows(new int[static_cast<size_t>(src_h) * stride]);
+  std::unique_ptr<int16_t[]> rows(new int16_t[static_cast<size_t>(src_h) * stride]);
   std::vector<uint8_t> done(src_h, 0);
-  auto row = [&](int y) -> const int* {
-    int* d = &rows[y * stride];
+  auto row = [&](int y) -> const int16_t* {
+    int16_t* d = &rows[y * stride];
     if (done[y] == 0) {
       const uint8_t* s = src + static_cast<size_t>(y) * row_bytes;
       size_t k = 0;
@@ -228,15 +254,16 @@ void resize_linear(const uint8_t* src, int src_w, int src_h, int channels, uint8
         k = static_cast<size_t>(vector_pixels) * 3;
       }
 #endif
-      for (; k < n; ++k) d[k] = s[o0[k]] * w0[k] + s[o1[k]] * w1[k];
+      for (; k < n; ++k) d[k] = static_cast<int16_t>((s[o0[k]] * w0[k] + s[o1[k]] * w1[k]) >> 4);
       done[y] = 1;
     }
     return d;
   };
+  const bool vector = vector_loops();
   for (int y = 0; y < dst_h; ++y) {
-    const int* s0 = row(std::clamp(ay.index[y], 0, src_h - 1));
-    const int* s1 = row(std::clamp(ay.index[y] + 1, 0, src_h - 1));
-    vertical_linear(s0, s1, ay.w0[y], ay.w1[y], dst + y * n, n);
+    const int16_t* s0 = row(std::clamp(ay.index[y], 0, src_h - 1));
+    const int16_t* s1 = row(std::clamp(ay.index[y] + 1, 0, src_h - 1));
+    vertical_linear(s0, s1, ay.w0[y], ay.w1[y], dst + y * n, n, vector);
   }
 }
 

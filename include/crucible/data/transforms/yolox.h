@@ -200,7 +200,7 @@ void draw_mixup_offsets(YoloxDraws& draws, MixupParams* p, int input_h, int inpu
 // letterboxed into input_h × input_w, resized by jit (cv2.resize), mirrored under flip, padded
 // with 0 and cropped at the offsets to the origin's size, its boxes clipped likewise; the images
 // blended 0.5 / 0.5 in float32 and truncated to uint8; the boxes appended.
-void mixup(YoloxSample& origin, const YoloxSample& other, const MixupParams& p, int input_h, int input_w);
+void mixup(YoloxSample& origin, YoloxSample other, const MixupParams& p, int input_h, int input_w);
 
 // TrainTransform(max_labels, flip_prob, hsv_prob)'s draws: random() < hsv_prob, augment_hsv's,
 // then _mirror's random() < flip_prob. None for a sample without boxes (TrainTransform returns
