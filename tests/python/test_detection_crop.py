@@ -390,7 +390,7 @@ CROP_VALUES = {"width": lambda t, l, h, w: w, "height": lambda t, l, h, w: h, "a
 
 @needs_v2("RandomIoUCrop's draws against v2's make_params")
 class IoUCropLawTest(LawCase):
-    def test_search(self):
+    def test_search_D14(self):
         """Boxes of several sizes: which option the search ends on, after how many option draws, and the crop."""
         image = np.zeros((3, 48, 64), dtype=np.uint8)
         boxes = [[4, 4, 44, 36], [30, 20, 60, 46], [8, 30, 16, 40], [60, 0, 64, 5]]
@@ -420,7 +420,7 @@ class IoUCropLawTest(LawCase):
         self.rejects("iou crop: crop top, one pixel off", crops(ours, lambda t, l, h, w: t + (t + h < 48)),
                      crops(theirs, CROP_VALUES["top"]), "ks")
 
-    def test_search_that_mostly_fails(self):
+    def test_search_that_mostly_fails_D14(self):
         """One tiny box: no crop reaches IoU 0.1, so only the options 0.0 (a crop holding its centre)
         and 1.0 end the search; the number of option draws shows the loop."""
         image = np.zeros((3, 48, 64), dtype=np.uint8)
@@ -432,7 +432,7 @@ class IoUCropLawTest(LawCase):
         self.rejects("iou crop, tiny box: rounds, a failed round gives up", [d["rounds"] for d in given_up],
                      [d["rounds"] for d in theirs], "chi2")
 
-    def test_no_boxes(self):
+    def test_no_boxes_D14(self):
         """No box: every round fails until the option 1.0 is drawn (crucible skips the trials)."""
         image = np.zeros((3, 20, 24), dtype=np.uint8)
         ours, theirs = crucible_iou_draws(image, [], 20000), torchvision_iou_draws(image, [], 1500, 8)
@@ -470,7 +470,7 @@ ZOOM_VALUES = {"canvas width": lambda l, t, r, b: 10 + l + r, "canvas height": l
 
 @needs_v2("RandomZoomOut's draws against v2's")
 class ZoomOutLawTest(LawCase):
-    def test_draws(self):
+    def test_draws_D14(self):
         image = np.zeros((3, 8, 10), dtype=np.uint8)
         settings = {"fill": [123.0, 117.0, 104.0], "side_range": [1.0, 4.0], "p": [0.3]}
         ours = crucible_zoom_draws(image, 40000, settings)

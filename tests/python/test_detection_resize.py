@@ -140,7 +140,7 @@ class ScaleJitterAgainstV2(Checks):
             self.assert_same_sample(got, want_image.numpy(), want_boxes.as_subclass(torch.Tensor), labels,
                                     f"ScaleJitter {w}x{h} -> {size}")
 
-    def test_draws_follow_make_params_law(self):
+    def test_draws_follow_make_params_law_D14(self):
         # A small image and a large target: the jittered height takes ~8000 values, near continuous.
         h, w, target = 60, 80, (4096, 4096)
         image = np.zeros((3, h, w), np.uint8)
@@ -188,7 +188,7 @@ class RandomShortestSizeAgainstV2(Checks):
             self.assert_same_sample(got, want_image.numpy(), want_boxes.as_subclass(torch.Tensor), labels,
                                     f"RandomShortestSize {w}x{h} -> {size}")
 
-    def test_choice_follows_make_params_law(self):
+    def test_choice_follows_make_params_law_D14(self):
         # A square image without a cap: the output height is the chosen min_size.
         image = np.zeros((3, 100, 100), np.uint8)
         ours = [self.draw(image, i, MULTISCALE, None)["size"][0] for i in range(N_LAW)]
@@ -237,7 +237,7 @@ class FixedSizeCropAgainstReferences(Checks):
             size = (int(rng.integers(1, 64)), int(rng.integers(1, 64)))
             self.run_both(rng, i, size, fill=(123.0, 117.0, 104.0), pil=True)
 
-    def test_offsets_follow_the_references_law(self):
+    def test_offsets_follow_the_references_law_D14(self):
         # Value y * W + x at each pixel: the output's first pixel says where the crop began.
         h, w, size = 40, 50, (30, 30)
         image = np.zeros((3, h, w), np.uint8)

@@ -304,7 +304,7 @@ class AugmentHsvTest(Exact, Law):
                 DA.augment_hsv(theirs)
             self.assert_pixels(f"augment_hsv (seed {seed}, gains {d['gains']}, width {w})", mine, bgr(theirs))
 
-    def test_law(self):
+    def test_law_D14(self):
         """The gains' law: yolox's own np.random through augment_hsv (a stand-in cv2 reads the
         shifted HSV of one pixel) against crucible's draws."""
         np.random.seed(47)
@@ -379,7 +379,7 @@ class RandomAffineTest(Exact, Law):
         self.assert_boxes(f"random_affine {what}", mb, tt[:, :4])
         self.assertEqual(ml, [int(v) for v in tt[:, 4]])
 
-    def test_law(self):
+    def test_law_D14(self):
         random.seed(47)
         theirs = []
         real = random.uniform
@@ -480,7 +480,7 @@ class MosaicMixupTest(Exact, Law):
                 self.assert_boxes(what, mb, tl[:, :4])
                 self.assertEqual(ml, [int(v) for v in tl[:, 4]])
 
-    def test_law(self):
+    def test_law_D14(self):
         """The centre and the tiles (MosaicDetection.__getitem__'s uniform and randint), and mixup's
         jit_factor, against yolox's own calls."""
         rng = np.random.default_rng(23)
