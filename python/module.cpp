@@ -45,6 +45,7 @@
 #include "crucible/data/data_setup.h"
 #include "crucible/data/data_settings.h"
 #include "crucible/data/samplers/grouped_sampler.h"
+#include "crucible/data/eval/coco_eval.h"
 
 namespace py = pybind11;
 
@@ -829,6 +830,35 @@ PYBIND11_MODULE(_native, m) {
       .def("start", &NativeLoader::start)
       .def("next", &NativeLoader::next);
 
+  m.def(
+      "coco_eval",
+      [](const std::string& gt_path, const py::object& results) {
+        const data::CocoGroundTruth gt = data::read_coco_ground_truth(gt_path);
+        std::vector<data::CocoDetection> dets;
+        if (py::isinstance<py::str>(results)) {
+          dets = data::read_coco_results(results.cast<std::string>(), gt);
+        } else {  // (image_id, category_id, x, y, w, h, score) rows
+          for (const auto& row : results.cast<std::vector<std::vector<double>>>()) {
+            if (row.size() != 7) throw bad_input("coco_eval: a detection row has {} values, expected 7", row.size());
+            data::CocoDetection d;
+            d.image_id = static_cast<int64_t>(row[0]), d.category_id = static_cast<int64_t>(row[1]);
+            std::copy(row.begin() + 2, row.begin() + 6, d.bbox);
+            d.score = row[6];
+            dets.push_back(d);
+          }
+        }
+        const data::CocoEvalResult r = data::coco_evaluate(gt, dets);
+        py::dict out;
+        out["stats"] = std::vector<double>(r.stats.begin(), r.stats.end());
+        out["precision"] = r.precision;
+        out["recall"] = r.recall;
+        out["categories"] = r.categories;
+        out["summary"] = r.summary();
+        return out;
+      },
+      py::arg("ground_truth"), py::arg("results"),
+      "COCOeval(iouType='bbox') of a results file (or rows of image_id, category_id, x, y, w, h, score) against "
+      "a COCO instances file: {stats: the 12 numbers, precision [10, 101, K, 4, 3], recall [10, K, 4, 3], summary}");
   m.def("release_host_memory", [] { return release_freed_host_memory(); },
         "the freed heap glibc keeps (the loaders tune it to) back to the kernel; the resident bytes that went");
   m.def("detection_op", &detection_op,
