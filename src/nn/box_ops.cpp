@@ -1,0 +1,127 @@
+// torchvision.ops' box functions (box_ops.h), after torchvision/ops/boxes.py and its CPU nms kernel.
+#include "crucible/nn/box_ops.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+
+#include <algorithm>
+
+#include "crucible/core/error.h"
+
+namespace crucible::nn {
+namespace {
+
+void check_boxes(const at::Tensor& b, const char* what) {
+  if (b.dim() != 2 || b.size(1) != 4) {
+    throw bad_input("{}: expected boxes of shape [N, 4], found {} dimensions", what, b.dim());
+  }
+}
+
+// _upcast: half-precision boxes computed in float32, as torchvision does against overflow.
+at::Tensor upcast(const at::Tensor& t) {
+  if (t.is_floating_point()) return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16 ? t.to(at::kFloat) : t;
+  return t.scalar_type() == at::kInt || t.scalar_type() == at::kLong ? t : t.to(at::kInt);
+}
+
+// _box_inter_union
+std::pair<at::Tensor, at::Tensor> inter_union(const at::Tensor& boxes1, const at::Tensor& boxes2) {
+  const at::Tensor area1 = box_area(boxes1), area2 = box_area(boxes2);
+  const at::Tensor lt = at::max(boxes1.unsqueeze(1).narrow(2, 0, 2), boxes2.narrow(1, 0, 2));
+  const at::Tensor rb = at::min(boxes1.unsqueeze(1).narrow(2, 2, 2), boxes2.narrow(1, 2, 2));
+  const at::Tensor wh = upcast(rb - lt).clamp_min(0);
+  const at::Tensor inter = wh.select(2, 0) * wh.select(2, 1);
+  const at::Tensor uni = area1.unsqueeze(1) + area2 - inter;
+  return {inter, uni};
+}
+
+template <typename T>
+int64_t nms_loop(const at::Tensor& dets, const at::Tensor& scores, double threshold, int64_t* keep) {
+  const at::Tensor x1_t = dets.select(1, 0).contiguous(), y1_t = dets.select(1, 1).contiguous();
+  const at::Tensor x2_t = dets.select(1, 2).contiguous(), y2_t = dets.select(1, 3).contiguous();
+  const at::Tensor areas_t = (x2_t - x1_t) * (y2_t - y1_t);
+  const at::Tensor order_t = std::get<1>(at::sort(scores, /*stable=*/true, /*dim=*/0, /*descending=*/true));
+  const int64_t n = dets.size(0);
+  std::vector<uint8_t> suppressed(static_cast<size_t>(n), 0);
+  const T *x1 = x1_t.data_ptr<T>(), *y1 = y1_t.data_ptr<T>(), *x2 = x2_t.data_ptr<T>(), *y2 = y2_t.data_ptr<T>();
+  const T* areas = areas_t.data_ptr<T>();
+  const int64_t* order = order_t.data_ptr<int64_t>();
+  int64_t kept = 0;
+  for (int64_t a = 0; a < n; ++a) {
+    const int64_t i = order[a];
+    if (suppressed[i]) continue;
+    keep[kept++] = i;
+    for (int64_t b = a + 1; b < n; ++b) {
+      const int64_t j = order[b];
+      if (suppressed[j]) continue;
+      const T w = std::max(static_cast<T>(0), std::min(x2[i], x2[j]) - std::max(x1[i], x1[j]));
+      const T h = std::max(static_cast<T>(0), std::min(y2[i], y2[j]) - std::max(y1[i], y1[j]));
+      const T inter = w * h;
+      const T ovr = inter / (areas[i] + areas[j] - inter);
+      if (ovr > threshold) suppressed[j] = 1;
+    }
+  }
+  return kept;
+}
+
+}  // namespace
+
+at::Tensor box_area(const at::Tensor& boxes) {
+  check_boxes(boxes, "box_area");
+  return (boxes.select(1, 2) - boxes.select(1, 0)) * (boxes.select(1, 3) - boxes.select(1, 1));
+}
+
+at::Tensor box_iou(const at::Tensor& boxes1, const at::Tensor& boxes2) {
+  check_boxes(boxes1, "box_iou"), check_boxes(boxes2, "box_iou");
+  const auto [inter, uni] = inter_union(boxes1, boxes2);
+  return inter / uni;
+}
+
+at::Tensor generalized_box_iou(const at::Tensor& boxes1, const at::Tensor& boxes2) {
+  check_boxes(boxes1, "generalized_box_iou"), check_boxes(boxes2, "generalized_box_iou");
+  const auto [inter, uni] = inter_union(boxes1, boxes2);
+  const at::Tensor iou = inter / uni;
+  const at::Tensor lti = at::min(boxes1.unsqueeze(1).narrow(2, 0, 2), boxes2.narrow(1, 0, 2));
+  const at::Tensor rbi = at::max(boxes1.unsqueeze(1).narrow(2, 2, 2), boxes2.narrow(1, 2, 2));
+  const at::Tensor whi = upcast(rbi - lti).clamp_min(0);
+  const at::Tensor areai = whi.select(2, 0) * whi.select(2, 1);
+  return iou - (areai - uni) / areai;
+}
+
+at::Tensor nms(const at::Tensor& boxes, const at::Tensor& scores, double iou_threshold) {
+  check_boxes(boxes, "nms");
+  if (scores.dim() != 1 || scores.size(0) != boxes.size(0) || scores.scalar_type() != boxes.scalar_type()) {
+    throw bad_input("nms: expected one score per box of the boxes' dtype, found {} scores for {} boxes",
+                    scores.numel(), boxes.size(0));
+  }
+  if (boxes.numel() == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
+  const at::Tensor dets = boxes.to(at::kCPU), s = scores.to(at::kCPU);
+  at::Tensor keep = at::empty({dets.size(0)}, dets.options().dtype(at::kLong));
+  int64_t kept = 0;
+  AT_DISPATCH_FLOATING_TYPES(dets.scalar_type(), "crucible_nms", [&] {
+    kept = nms_loop<scalar_t>(dets, s, iou_threshold, keep.data_ptr<int64_t>());
+  });
+  return keep.narrow(0, 0, kept).to(boxes.device());
+}
+
+at::Tensor batched_nms(const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs,
+                       double iou_threshold) {
+  check_boxes(boxes, "batched_nms");
+  const int64_t limit = boxes.is_cuda() ? 20000 : 4000;
+  if (boxes.numel() > limit) {  // _batched_nms_vanilla
+    at::Tensor keep_mask = at::zeros_like(scores, scores.options().dtype(at::kBool));
+    const at::Tensor classes = std::get<0>(at::_unique(idxs, /*sorted=*/true));
+    for (int64_t c = 0; c < classes.size(0); ++c) {
+      const at::Tensor current = at::where(idxs == classes[c])[0];
+      const at::Tensor kept = nms(boxes.index_select(0, current), scores.index_select(0, current), iou_threshold);
+      keep_mask.index_fill_(0, current.index_select(0, kept), true);
+    }
+    const at::Tensor keep_indices = at::where(keep_mask)[0];
+    return keep_indices.index_select(0, std::get<1>(scores.index_select(0, keep_indices).sort(0, /*descending=*/true)));
+  }
+  if (boxes.numel() == 0) return at::empty({0}, boxes.options().dtype(at::kLong));  // _batched_nms_coordinate_trick
+  const at::Tensor max_coordinate = boxes.max();
+  const at::Tensor offsets = idxs.to(boxes.options()) * (max_coordinate + at::ones({}, boxes.options()));
+  return nms(boxes + offsets.unsqueeze(1), scores, iou_threshold);
+}
+
+}  // namespace crucible::nn
