@@ -94,6 +94,7 @@ at::Tensor nms(const at::Tensor& boxes, const at::Tensor& scores, double iou_thr
                     scores.numel(), boxes.size(0));
   }
   if (boxes.numel() == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
+  // outside the step: post-processing of predictions (torchvision's CPU kernel; a CUDA one is issue 48's)
   const at::Tensor dets = boxes.to(at::kCPU), s = scores.to(at::kCPU);
   at::Tensor keep = at::empty({dets.size(0)}, dets.options().dtype(at::kLong));
   int64_t kept = 0;
