@@ -79,7 +79,7 @@ std::string set_of(const JobArgs& a, const std::string& key) {
 train::JobConfig load_job(const JobArgs& a) {
   train::JobConfig job;
   ConfigSchema schema;
-  train::bind_job_config(job, schema, train::registered_names());
+  train::bind_job_config(job, schema);
   if (a.config.empty()) {
     schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
   } else {
@@ -176,7 +176,7 @@ void add_weights_option(CLI::App* cmd, std::string& weights) {
 std::string config_keys_help() {
   train::JobConfig defaults;
   ConfigSchema schema;
-  train::bind_job_config(defaults, schema, train::registered_names());
+  train::bind_job_config(defaults, schema);
   schema.load_string(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)");
   return "\nConfig keys (value of the default job; override with --set section.key=value):\n" + schema.help_text();
 }

@@ -40,93 +40,6 @@ void declare_train_piece_settings(JobConfig& j, ConfigSchema& s) {
   declare_settings(s, j.pieces.of<EmaOptions>(kEmaPiece));
 }
 
-// [model] and [optim] (their names: the registries').
-void bind_model_optimization(JobConfig& j, ConfigSchema& s, const RegisteredNames& names) {
-  auto& model_name = s.add("model", "name", &j.model.name, "model architecture");
-  if (!names.models.empty()) model_name.choices(names.models);
-  s.add("model", "dropout", &j.model.dropout, "dropout probability before the last layer").min(0).max(1, true);
-  s.add("model", "path", &j.model.path,
-        "model.name = \"exported\": the .pt2 archive of crucible.export or torch.export.save; model.name = "
-        "\"torchscript\": the module file, saved by torch.jit.save(torch.jit.script(model)) (not traced)");
-  s.add("model", "eval_with_train_program", &j.model.eval_with_train_program,
-        "model.name = \"exported\" with one program exported in train mode: evaluate with it anyway (dropout on, "
-        "BatchNorm on batch statistics)");
-  s.add("model", "init", &j.model.init,
-        "start from these weights: a torch.save state_dict (.pt) or .safetensors; \"module.\" prefixes are stripped "
-        "(X4), a classifier head of another class count is re-initialised (\"\" = the model's own init)");
-  s.add("model", "init_ignore", &j.model.init_ignore,
-        "model.init: names (glob patterns) allowed to be missing from the file or from the model");
-  s.add("model", "freeze", &j.model.freeze,
-        "parameters kept fixed (glob patterns over names, e.g. [\"conv1.*\", \"layer1.*\"]): not optimised, not synced");
-
-  auto& optim_name = s.add("optim", "name", &j.optim.name, "optimizer");
-  if (!names.optimizers.empty()) optim_name.choices(names.optimizers);
-  s.add("optim", "lr", &j.optim.lr, "peak learning rate").positive();
-  s.add("optim", "lr_per_256", &j.optim.lr_per_256, "if > 0: lr per 256 samples, scaled by the global batch (T7)")
-      .non_negative();
-  s.add("optim", "decay_bias_and_norm", &j.optim.decay_bias_and_norm,
-        "also decay biases and normalisation weights (T4: off by default)");
-  s.add("optim", "weight_decay", &j.optim.weight_decay, "weight decay (decoupled for adamw)").non_negative();
-  s.add("optim", "beta1", &j.optim.beta1, "adamw beta1 (cycled by onecycle when cycle_momentum)").min(0).max(1, true);
-  s.add("optim", "beta2", &j.optim.beta2, "adamw beta2").min(0).max(1, true);
-  s.add("optim", "eps", &j.optim.eps, "adamw epsilon").positive();
-  s.add("optim", "momentum", &j.optim.momentum, "sgd momentum").min(0).max(1, true);
-  s.add("optim", "nesterov", &j.optim.nesterov, "sgd Nesterov momentum");
-}
-
-// [schedule] and [loss] (its names: the registry's).
-void bind_schedule_loss(JobConfig& j, ConfigSchema& s, const RegisteredNames& names) {
-  s.add("schedule", "name", &j.schedule.name,
-        "learning-rate schedule; step, cosine and exponential are torchvision's reference (StepLR, "
-        "CosineAnnealingLR, ExponentialLR after an optional warm-up), equal to torch's at every step")
-      .choices({"onecycle", "warmup_cosine", "constant", "step", "cosine", "exponential"});
-  s.add("schedule", "warmup", &j.schedule.warmup,
-        "onecycle/warmup_cosine: fraction of all steps spent rising to the peak lr")
-      .min(0)
-      .max(1, true);
-  s.add("schedule", "div_factor", &j.schedule.div_factor, "onecycle/warmup_cosine: first lr = lr / div_factor").min(1);
-  s.add("schedule", "final_div_factor", &j.schedule.final_div_factor,
-        "onecycle/warmup_cosine: last lr = first lr / final_div_factor")
-      .min(1);
-  s.add("schedule", "cycle_momentum", &j.schedule.cycle_momentum, "onecycle: cycle momentum/beta1 inversely to lr");
-  s.add("schedule", "base_momentum", &j.schedule.base_momentum, "onecycle: momentum at the peak lr").min(0).max(1, true);
-  s.add("schedule", "max_momentum", &j.schedule.max_momentum, "onecycle: momentum at the ends").min(0).max(1, true);
-  s.add("schedule", "interval", &j.schedule.interval,
-        "step/cosine/exponential: \"epoch\" = the lr changes at epoch boundaries (torchvision's train.py steps its "
-        "scheduler once per epoch); \"step\" = the same chain counted in optimizer steps (warm-up, T_max, "
-        "step_size in steps)")
-      .choices({"epoch", "step"});
-  s.add("schedule", "warmup_epochs", &j.schedule.warmup_epochs,
-        "step/cosine/exponential (--lr-warmup-epochs): epochs of warm-up before the main schedule, fewer than "
-        "train.epochs (0 = none); interval = \"step\": warmup_epochs × steps per epoch steps")
-      .non_negative();
-  s.add("schedule", "warmup_method", &j.schedule.warmup_method,
-        "--lr-warmup-method: linear (LinearLR: lr × warmup_decay rising to lr) or constant (ConstantLR: lr × "
-        "warmup_decay throughout)")
-      .choices({"linear", "constant"});
-  s.add("schedule", "warmup_decay", &j.schedule.warmup_decay,
-        "--lr-warmup-decay: the warm-up starts at lr × warmup_decay")
-      .positive()
-      .max(1);
-  s.add("schedule", "step_size", &j.schedule.step_size,
-        "step (--lr-step-size): lr × gamma every step_size epochs (interval = \"step\": optimizer steps)")
-      .min(1);
-  s.add("schedule", "gamma", &j.schedule.gamma,
-        "step/exponential (--lr-gamma): the factor per step_size epochs (step) or per epoch (exponential); per "
-        "optimizer step with interval = \"step\"")
-      .positive();
-  s.add("schedule", "lr_min", &j.schedule.lr_min,
-        "cosine (--lr-min): eta_min, reached at T_max = epochs - warmup_epochs")
-      .non_negative();
-
-  auto& loss_name = s.add("loss", "name", &j.loss.name, "training loss");
-  if (!names.losses.empty()) loss_name.choices(names.losses);
-  s.add("loss", "label_smoothing", &j.loss.label_smoothing, "cross_entropy: label smoothing").min(0).max(1, true);
-  s.add("loss", "class_weights", &j.loss.class_weights,
-        "cross_entropy: one weight per class, in label order ([] = all equal)")
-      .non_negative();
-}
-
 // [train].
 void bind_train(JobConfig& j, ConfigSchema& s) {
   s.add("train", "device", &j.train.device, "where to train: auto (a GPU when present), cpu, cuda or cuda:N");
@@ -190,11 +103,13 @@ void bind_outputs_dist(JobConfig& j, ConfigSchema& s) {
 
 }  // namespace
 
-void bind_job_config(JobConfig& j, ConfigSchema& s, const RegisteredNames& names) {
+void bind_job_config(JobConfig& j, ConfigSchema& s) {
   bind_run(j, s);
   data::bind_data_config(j.data, s);  // [data], with the data pieces' own keys
-  bind_model_optimization(j, s, names);
-  bind_schedule_loss(j, s, names);
+  nn::declare_model_settings(j.model, s);     // [model], with each model's own keys
+  declare_optim_settings(j.optim, s);         // [optim], with each optimizer's
+  declare_schedule_settings(j.schedule, s);   // [schedule], with each schedule's
+  declare_loss_settings(j.loss, s);           // [loss], with each loss's
   bind_train(j, s);
   bind_outputs_dist(j, s);
   declare_train_piece_settings(j, s);

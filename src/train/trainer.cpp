@@ -326,10 +326,6 @@ void Loop::count_step_time() {
 
 void request_stop() { g_stop.store(true); }
 
-RegisteredNames registered_names() {
-  return {nn::model_registry().names(), loss_registry().names(), optimizer_registry().names()};
-}
-
 struct Trainer::Impl {
   JobConfig config;
   TrainFlags flags;

@@ -3,6 +3,8 @@
 #include "crucible/core/config.h"
 
 #include <gtest/gtest.h>
+#include <utility>
+#include <vector>
 
 #include "crucible/core/error.h"
 #include "crucible/train/job_config.h"
@@ -156,17 +158,28 @@ TEST(Config, JobEnumKeysRoundTrip) {
   expect_bad_input([&] { schema.apply_override("train.precision=fp8"); }, {"train.precision", "fp8", "bf16"});
 }
 
-// Registered names become the allowed values of model.name / loss.name / optim.name.
+// The settings registries' names are the allowed values of model.name / loss.name / optim.name
+// / schedule.name, in torch-free tools too.
 TEST(Config, RegisteredNamesAreTheAllowedValues) {
   train::JobConfig job;
   ConfigSchema schema;
-  train::RegisteredNames names{{"net_a", "net_b"}, {"loss_a"}, {"opt_a"}};
-  train::bind_job_config(job, schema, names);
-  schema.apply_override("model.name=net_b");
-  EXPECT_EQ(job.model.name, "net_b");
-  expect_bad_input([&] { schema.apply_override("model.name=net_c"); }, {"model.name", "net_a", "net_b"});
-  expect_bad_input([&] { schema.apply_override("loss.name=mse"); }, {"loss.name", "loss_a"});
-  expect_bad_input([&] { schema.apply_override("optim.name=lamb"); }, {"optim.name", "opt_a"});
+  train::bind_job_config(job, schema);
+  schema.apply_override("model.name=resnet34");
+  EXPECT_EQ(job.model.name, "resnet34");
+  expect_bad_input([&] { schema.apply_override("model.name=net_c"); }, {"model.name", "fmnist_cnn", "resnet50"});
+  expect_bad_input([&] { schema.apply_override("loss.name=mse"); }, {"loss.name", "cross_entropy"});
+  expect_bad_input([&] { schema.apply_override("optim.name=lamb"); }, {"optim.name", "adamw", "sgd"});
+  expect_bad_input([&] { schema.apply_override("schedule.name=poly"); }, {"schedule.name", "onecycle", "exponential"});
+  for (const auto& [section, names] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"model", nn::model_settings_registry().names()},
+           {"loss", train::loss_settings_registry().names()},
+           {"optim", train::optimizer_settings_registry().names()},
+           {"schedule", train::schedule_registry().names()}}) {
+    for (const auto& name : names) {
+      EXPECT_NO_THROW(schema.apply_override(section + ".name=" + name)) << section << ".name=" << name;
+    }
+  }
 }
 
 // Precision prints and parses back (the broadcast of an auto choice, checkpoints).

@@ -2,8 +2,15 @@
 // compiling torch (the models themselves are in nn/model.h).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "crucible/core/registry.h"
+
+namespace crucible {
+class ConfigSchema;
+}
 
 namespace crucible::nn {
 
@@ -24,6 +31,18 @@ struct ModelOptions {
   // Parameters kept fixed (glob patterns over parameter names): not optimised, not synced.
   std::vector<std::string> freeze;
 };
+
+// A model's own keys of [model] (a key two models share: declared by the first).
+struct ModelSettings {
+  std::function<void(ModelOptions& options, ConfigSchema& schema)> declare;
+};
+// Every model by name: model.name's allowed values. model_registry() (nn/model.h, the torch
+// side, which the torch-free tools do not link) builds them under the same names
+// (tests/train/run_state_test.cpp holds the two to the same names).
+const Registry<ModelSettings>& model_settings_registry();
+
+// Binds [model]: the name, each model's own keys, then those every model takes (init, freeze).
+void declare_model_settings(ModelOptions& options, ConfigSchema& schema);
 
 // Whether the model's weights come with it (model.path's TorchScript module or exported
 // program), so that predict needs no checkpoint.

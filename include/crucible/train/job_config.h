@@ -11,6 +11,7 @@
 #include "crucible/core/config.h"
 #include "crucible/data/data_config.h"
 #include "crucible/nn/model_options.h"
+#include "crucible/train/loss_options.h"
 #include "crucible/train/optim_options.h"
 #include "crucible/train/precision.h"
 #include "crucible/train/schedule.h"
@@ -63,13 +64,6 @@ struct TrainSection {
   Profile profile = Profile::kLight;
 };
 
-// The training loss (a registry name, train/loss.h) and its options.
-struct LossSection {
-  std::string name = "cross_entropy";
-  double label_smoothing = 0.1;       // cross_entropy: label smoothing
-  std::vector<double> class_weights;  // cross_entropy: one weight per class ([] = equal)
-};
-
 struct CheckpointSection {
   int64_t every_steps = 100;
   int64_t keep = 3;
@@ -110,15 +104,9 @@ struct JobConfig {
   PieceOptions pieces;
 };
 
-// The names the registries hold (models, losses, optimizers): the allowed values of
-// model.name, loss.name and optim.name. Empty lists leave those keys unchecked at parse time
-// (torch-free tools); the registry lookup still names an unknown one.
-struct RegisteredNames {
-  std::vector<std::string> models, losses, optimizers;
-};
-
-// Registers every field of `job` in `schema` (job must outlive schema).
-void bind_job_config(JobConfig& job, ConfigSchema& schema, const RegisteredNames& names = {});
+// Registers every field of `job` in `schema` (job must outlive schema). The names model.name,
+// loss.name, optim.name and schedule.name allow are their settings registries' (torch-free).
+void bind_job_config(JobConfig& job, ConfigSchema& schema);
 
 // A job's TOML text (`source` names it in errors) with every key resolved, as TOML: the default
 // job a report compares a run's config against.

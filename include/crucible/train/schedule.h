@@ -1,16 +1,28 @@
 // Learning-rate (and momentum) schedules as pure functions of the step (T8), so a resumed
-// run needs only its step. "onecycle" equals PyTorch's OneCycleLR (cos annealing, two
-// phases, momentum cycled between max and base); "warmup_cosine" rises linearly then
-// follows a cosine; "constant" holds the peak. "step", "cosine" and "exponential" are
-// torchvision's classification reference (references/classification/train.py: StepLR,
-// CosineAnnealingLR, ExponentialLR after an optional LinearLR/ConstantLR warm-up chained by
-// SequentialLR), equal to torch's chained schedulers at every step. Torch-free, immutable,
-// thread-safe.
+// run needs only its step. Each schedule is a registry entry (schedule_registry(), one line in
+// schedule.cpp) in its own file under src/train/schedules/, declaring its own keys of the
+// [schedule] section and building its curve:
+// - one_cycle.cpp: "onecycle" equals PyTorch's OneCycleLR (cos annealing, two phases, momentum
+//   cycled between max and base); "warmup_cosine" rises linearly then follows a cosine;
+//   "constant" holds the peak;
+// - torchvision_chain.cpp: "step", "cosine" and "exponential" are torchvision's classification
+//   reference (references/classification/train.py: StepLR, CosineAnnealingLR, ExponentialLR
+//   after an optional LinearLR/ConstantLR warm-up chained by SequentialLR), equal to torch's
+//   chained schedulers at every step.
+// Torch-free, immutable, thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "crucible/core/registry.h"
+
+namespace crucible {
+class ConfigSchema;
+}
 
 namespace crucible::train {
 
@@ -41,12 +53,47 @@ struct ScheduleOptions {
 // what the uninterrupted one drew. `sizes` must not be empty.
 int64_t multi_scale_size(uint64_t seed, int64_t step, const std::vector<int64_t>& sizes);
 
+// A schedule's values at each optimizer step.
+struct SchedulePoint {
+  double lr;
+  double momentum;  // AdamW beta1 or SGD momentum for this step
+};
+
+// What a schedule is built for: its options, the peak lr, the optimizer's own momentum (used
+// when the schedule does not cycle it), the optimizer steps in all and per epoch (0: not given).
+struct ScheduleBuild {
+  const ScheduleOptions& options;
+  double peak_lr;
+  double momentum;
+  int64_t total_steps;
+  int64_t steps_per_epoch;
+};
+
+// One schedule's curve: a pure function of the step (clamped to [0, total_steps)).
+class ScheduleCurve {
+ public:
+  virtual ~ScheduleCurve() = default;
+  virtual SchedulePoint at(int64_t step) const = 0;
+  virtual std::string describe() const = 0;
+};
+
+// A schedule in the registry: `declare` binds the keys it reads to `options` (a key several
+// schedules share is declared by the first; declare_once), `make` builds its curve and throws
+// bad_input naming the key for options it cannot use.
+struct ScheduleKind {
+  std::function<void(ScheduleOptions& options, ConfigSchema& schema)> declare;
+  std::function<std::unique_ptr<const ScheduleCurve>(const ScheduleBuild& build)> make;
+};
+
+// Every schedule by name (schedule.name's allowed values), in the order --help lists them.
+const Registry<ScheduleKind>& schedule_registry();
+
+// Binds schedule.name and every registered schedule's keys (bind_job_config calls it).
+void declare_schedule_settings(ScheduleOptions& options, ConfigSchema& schema);
+
 class Schedule {
  public:
-  struct Point {
-    double lr;
-    double momentum;  // AdamW beta1 or SGD momentum for this step
-  };
+  using Point = SchedulePoint;
 
   // `momentum` is the optimizer's own (used when the schedule does not cycle it).
   // `steps_per_epoch`: optimizer steps per epoch (with accumulation, steps, not micro-batches);
@@ -57,25 +104,13 @@ class Schedule {
            int64_t steps_per_epoch = 0);
 
   // The values for optimizer step `step` (0-based, < total_steps).
-  Point at(int64_t step) const;
+  Point at(int64_t step) const { return curve_->at(step); }
   int64_t total_steps() const { return total_; }
-  std::string describe() const;
+  std::string describe() const { return curve_->describe(); }
 
  private:
-  // torchvision's chain: the lr after `n` scheduler steps, and after `n` given the lr after n - 1.
-  double chain_at(int64_t n) const;
-  double chain_next(double lr, int64_t n) const;
-  bool torchvision() const;
-
-  ScheduleOptions opt_;
-  double peak_;
-  double momentum_;
   int64_t total_;
-  int64_t per_epoch_ = 0;       // optimizer steps per epoch (0: not given)
-  int64_t per_tick_ = 1;        // optimizer steps per scheduler step: per_epoch_ or 1 (interval "step")
-  int64_t warm_ = 0;            // warm-up scheduler steps (SequentialLR's milestone)
-  int64_t t_max_ = 0;           // cosine: scheduler steps after the warm-up
-  std::vector<double> anchor_;  // chain_at(k × kAnchorEvery), so at() replays at most kAnchorEvery - 1 steps
+  std::shared_ptr<const ScheduleCurve> curve_;
 };
 
 }  // namespace crucible::train

@@ -61,10 +61,6 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The names in the model, loss and optimizer registries: the allowed values of model.name,
-// loss.name and optim.name (pass to bind_job_config).
-RegisteredNames registered_names();
-
 // Asks a running Trainer to stop at the next step boundary, checkpoint and return (SIGINT).
 void request_stop();
 

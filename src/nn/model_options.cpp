@@ -1,0 +1,56 @@
+// The [model] section: each model's own keys (one entry per model; the model itself is built by
+// model_registry(), model.cpp, under the same name), then the keys every model takes.
+#include "crucible/nn/model_options.h"
+
+#include "crucible/core/config.h"
+
+namespace crucible::nn {
+namespace {
+
+void declare_none(ModelOptions& /*o*/, ConfigSchema& /*s*/) {}
+
+void declare_fmnist_cnn(ModelOptions& o, ConfigSchema& s) {
+  s.add("model", "dropout", &o.dropout, "dropout probability before the last layer").min(0).max(1, true);
+}
+
+// A Python model from a file (exported, torchscript).
+void declare_program(ModelOptions& o, ConfigSchema& s) {
+  if (s.find("model", "path") != nullptr) return;
+  s.add("model", "path", &o.path,
+        "model.name = \"exported\": the .pt2 archive of crucible.export or torch.export.save; model.name = "
+        "\"torchscript\": the module file, saved by torch.jit.save(torch.jit.script(model)) (not traced)");
+  s.add("model", "eval_with_train_program", &o.eval_with_train_program,
+        "model.name = \"exported\" with one program exported in train mode: evaluate with it anyway (dropout on, "
+        "BatchNorm on batch statistics)");
+}
+
+}  // namespace
+
+const Registry<ModelSettings>& model_settings_registry() {
+  static const Registry<ModelSettings> registry = [] {
+    Registry<ModelSettings> r("model");
+    r.add("fmnist_cnn", "the default job's CNN: 4 conv3x3-BN-ReLU, 2 max-pools, 2 linear layers", {declare_fmnist_cnn});
+    r.add("resnet18", "torchvision's ResNet-18 (same names and init)", {declare_none});
+    r.add("resnet34", "torchvision's ResNet-34 (same names and init)", {declare_none});
+    r.add("resnet50", "torchvision's ResNet-50 (same names and init)", {declare_none});
+    r.add("exported", "a Python model exported by torch.export (model.path: a .pt2 of crucible.export or torch.export.save)",
+          {declare_program});
+    r.add("torchscript", "a Python model saved by torch.jit.save(torch.jit.script(m)) (model.path)", {declare_program});
+    return r;
+  }();
+  return registry;
+}
+
+void declare_model_settings(ModelOptions& o, ConfigSchema& s) {
+  s.add("model", "name", &o.name, "model architecture").choices(model_settings_registry().names());
+  for (const auto& e : model_settings_registry().entries()) e.factory.declare(o, s);
+  s.add("model", "init", &o.init,
+        "start from these weights: a torch.save state_dict (.pt) or .safetensors; \"module.\" prefixes are stripped "
+        "(X4), a classifier head of another class count is re-initialised (\"\" = the model's own init)");
+  s.add("model", "init_ignore", &o.init_ignore,
+        "model.init: names (glob patterns) allowed to be missing from the file or from the model");
+  s.add("model", "freeze", &o.freeze,
+        "parameters kept fixed (glob patterns over names, e.g. [\"conv1.*\", \"layer1.*\"]): not optimised, not synced");
+}
+
+}  // namespace crucible::nn
