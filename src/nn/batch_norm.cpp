@@ -162,4 +162,26 @@ int convert_sync_batchnorm(torch::nn::Module& module, Collective* collective) {
   return converted;
 }
 
+FrozenBatchNorm2dImpl::FrozenBatchNorm2dImpl(int64_t num_features, double eps) : eps_(eps) {
+  weight = register_buffer("weight", at::ones({num_features}));
+  bias = register_buffer("bias", at::zeros({num_features}));
+  running_mean = register_buffer("running_mean", at::zeros({num_features}));
+  running_var = register_buffer("running_var", at::ones({num_features}));
+}
+
+// torchvision's forward: the reshapes first, then scale and shift.
+at::Tensor FrozenBatchNorm2dImpl::forward(const at::Tensor& x) {
+  const at::Tensor w = weight.reshape({1, -1, 1, 1});
+  const at::Tensor b = bias.reshape({1, -1, 1, 1});
+  const at::Tensor rv = running_var.reshape({1, -1, 1, 1});
+  const at::Tensor rm = running_mean.reshape({1, -1, 1, 1});
+  const at::Tensor scale = w * (rv + eps_).rsqrt();
+  const at::Tensor shift = b - rm * scale;
+  return x * scale + shift;
+}
+
+void FrozenBatchNorm2dImpl::pretty_print(std::ostream& stream) const {
+  stream << "crucible::nn::FrozenBatchNorm2d(" << weight.size(0) << ", eps=" << eps_ << ")";
+}
+
 }  // namespace crucible::nn

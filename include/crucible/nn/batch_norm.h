@@ -38,6 +38,23 @@ class BatchNorm2dImpl : public torch::nn::Module {
 };
 TORCH_MODULE(BatchNorm2d);
 
+// torchvision.ops.FrozenBatchNorm2d: BatchNorm with fixed statistics and affine terms, all four
+// buffers (weight, bias, running_mean, running_var; no num_batches_tracked, no parameters), the
+// same forward operation for operation. A detector's backbone uses it (M2 for detection: the
+// statistics are ImageNet's, not a batch of two images').
+class FrozenBatchNorm2dImpl : public torch::nn::Module {
+ public:
+  explicit FrozenBatchNorm2dImpl(int64_t num_features, double eps = 1e-5);
+  at::Tensor forward(const at::Tensor& input);
+  void pretty_print(std::ostream& stream) const override;
+
+  at::Tensor weight, bias, running_mean, running_var;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(FrozenBatchNorm2d);
+
 // M3: every crucible BatchNorm2d in `module` computes statistics over all ranks from now on.
 // Call before gradient synchronisation is set up. Returns how many were converted; bad_input
 // when the module holds a torch BatchNorm that cannot be converted (name it).

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "crucible/nn/model.h"
 
@@ -27,5 +28,12 @@ namespace crucible::nn {
 // Weights come from torch's default CPU generator (seed it first). Throws bad_input for a depth
 // other than 18, 34 or 50, or for in_channels or num_classes below 1.
 std::unique_ptr<Model> make_resnet(int depth, int64_t in_channels, int64_t num_classes);
+
+// A detector's trunk: torchvision's resnet{18,34,50}(norm_layer=FrozenBatchNorm2d) as
+// IntermediateLayerGetter keeps it (conv1, bn1, layer1 … layer4; no avgpool, no fc), with
+// torchvision's state_dict names below the prefix its owner registers it under ("body.").
+std::shared_ptr<torch::nn::Module> make_resnet_trunk(int depth);
+// The outputs of the trunk's layer1 … layer4 for `x`.
+std::vector<at::Tensor> resnet_trunk_stages(torch::nn::Module& trunk, const at::Tensor& x);
 
 }  // namespace crucible::nn
