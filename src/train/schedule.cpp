@@ -13,6 +13,7 @@ ScheduleKind one_cycle_schedule();          // schedules/one_cycle.cpp
 ScheduleKind warmup_cosine_schedule();      // schedules/one_cycle.cpp
 ScheduleKind constant_schedule();           // schedules/one_cycle.cpp
 ScheduleKind torchvision_chain_schedule();  // schedules/torchvision_chain.cpp
+ScheduleKind multistep_schedule();          // schedules/multistep.cpp
 
 const Registry<ScheduleKind>& schedule_registry() {
   static const Registry<ScheduleKind> registry = [] {
@@ -26,6 +27,8 @@ const Registry<ScheduleKind>& schedule_registry() {
           torchvision_chain_schedule());
     r.add("exponential", "torchvision's reference: ExponentialLR after an optional warm-up",
           torchvision_chain_schedule());
+    r.add("multistep", "torchvision's detection reference: MultiStepLR after a linear warm-up in the first epoch",
+          multistep_schedule());
     return r;
   }();
   return registry;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "crucible/core/config.h"
 #include "crucible/core/error.h"
@@ -179,6 +180,90 @@ TEST(Schedule, TorchvisionSchedulesEqualPytorchAtEveryStepT8) {
     double extra = 0;
     EXPECT_FALSE(in >> extra) << python_literal(c) << ": torch gave more steps";
   }
+}
+
+// T8: "multistep" equals torchvision's detection reference at every optimizer step: train.py's
+// MultiStepLR(milestones, gamma) stepped per epoch, and in the first epoch engine.py's
+// LinearLR(start_factor, total_iters = min(warmup_iters, iterations - 1)) stepped after every
+// iteration (both acting on the same lr, each from the one before). Cases: the recipe's shape
+// (warm-up shorter than the epoch), a warm-up longer than the epoch (cut to iterations - 1), one
+// iteration per epoch (torch's LinearLR with total_iters 0 never restores the lr: so neither
+// does crucible), a repeated milestone (gamma squared), no warm-up, a milestone past the end.
+TEST(Schedule, MultiStepEqualsTorchvisionDetectionReferenceT8) {
+  struct Case {
+    int64_t epochs, per_epoch, warmup_iters;
+    double factor;
+    std::vector<double> milestones;
+    double gamma, lr;
+  };
+  const std::vector<Case> cases = {
+      {26, 12, 5, 0.001, {16, 22}, 0.1, 0.01},
+      {6, 40, 1000, 0.001, {2, 4}, 0.1, 0.02},
+      {5, 1, 1000, 0.001, {2}, 0.5, 0.1},
+      {8, 7, 3, 0.25, {3, 3, 6}, 0.3, 0.05},
+      {4, 9, 0, 0.001, {1, 2}, 0.1, 0.04},
+      {3, 300, 250, 0.01, {9}, 0.1, 0.01},
+  };
+  std::string rows;
+  for (const auto& c : cases) {
+    rows += fmt::format("    ({}, {}, {}, {}, [{}], {}, {}),\n", c.epochs, c.per_epoch, c.warmup_iters, c.factor,
+                        fmt::join(c.milestones, ", "), c.gamma, c.lr);
+  }
+  const std::string out = test::run_python(
+      "import warnings\n"
+      "warnings.filterwarnings('ignore')\n"
+      "import torch\n"
+      "from torch.optim import lr_scheduler as L\n"
+      "def lrs(epochs, per_epoch, warmup_iters, factor, milestones, gamma, lr):\n"
+      "    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr, momentum=0.9)\n"
+      "    main = L.MultiStepLR(opt, milestones=[int(m) for m in milestones], gamma=gamma)  # train.py\n"
+      "    out = []\n"
+      "    for epoch in range(epochs):\n"
+      "        warm = None\n"
+      "        if epoch == 0 and warmup_iters > 0:  # engine.py's train_one_epoch\n"
+      "            warm = L.LinearLR(opt, start_factor=factor, total_iters=min(warmup_iters, per_epoch - 1))\n"
+      "        for _ in range(per_epoch):\n"
+      "            out.append(opt.param_groups[0]['lr'])\n"
+      "            opt.step()\n"
+      "            if warm is not None: warm.step()\n"
+      "        main.step()\n"
+      "    return out\n"
+      "for c in [\n" + rows + "]:\n"
+      "    print(' '.join(repr(x) for x in lrs(*c)))\n");
+  std::istringstream lines(out);
+  for (const auto& c : cases) {
+    std::string line;
+    ASSERT_TRUE(std::getline(lines, line)) << out;
+    ScheduleOptions o;
+    o.name = "multistep";
+    o.milestones = c.milestones;
+    o.gamma = c.gamma;
+    o.warmup_iters = c.warmup_iters;
+    o.warmup_factor = c.factor;
+    const int64_t total = c.epochs * c.per_epoch;
+    const Schedule s(o, c.lr, 0.9, total, c.per_epoch);
+    std::istringstream in(line);
+    int64_t wrong = 0;
+    for (int64_t step = 0; step < total; ++step) {
+      double lr = 0;
+      ASSERT_TRUE(in >> lr) << line;
+      const double got = s.at(step).lr;
+      if (got != lr && wrong++ < 3) {
+        ADD_FAILURE() << "epochs " << c.epochs << " × " << c.per_epoch << ", step " << step << ": crucible "
+                      << fmt::format("{}", got) << ", torch " << fmt::format("{}", lr);
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "epochs " << c.epochs << " × " << c.per_epoch;
+    double extra = 0;
+    EXPECT_FALSE(in >> extra) << "torch gave more steps";
+  }
+  using test::expect_bad_input;
+  ScheduleOptions bad;
+  bad.name = "multistep";
+  bad.milestones = {2.5};
+  expect_bad_input([&] { Schedule(bad, 0.1, 0.9, 40, 10); }, {"schedule.milestones", "2.5"});
+  bad.milestones = {2};
+  expect_bad_input([&] { Schedule(bad, 0.1, 0.9, 40, 0); }, {"multistep", "steps per epoch"});
 }
 
 TEST(Schedule, TorchvisionBadKeysNameTheKey) {

@@ -8,7 +8,9 @@
 // - torchvision_chain.cpp: "step", "cosine" and "exponential" are torchvision's classification
 //   reference (references/classification/train.py: StepLR, CosineAnnealingLR, ExponentialLR
 //   after an optional LinearLR/ConstantLR warm-up chained by SequentialLR), equal to torch's
-//   chained schedulers at every step.
+//   chained schedulers at every step;
+// - multistep.cpp: "multistep" is torchvision's detection reference (MultiStepLR per epoch,
+//   engine.py's LinearLR warm-up in the first epoch), equal to torch's at every step.
 // Torch-free, immutable, thread-safe.
 #pragma once
 
@@ -46,6 +48,12 @@ struct ScheduleOptions {
   int64_t step_size = 30;                  // [--lr-step-size] "step": lr × gamma every step_size epochs (or steps)
   double gamma = 0.1;                      // [--lr-gamma] "step", "exponential" (per epoch, or per step)
   double lr_min = 0.0;                     // [--lr-min] "cosine": eta_min, over T_max = epochs - warmup_epochs
+
+  // torchvision's detection reference ("multistep": references/detection/train.py's MultiStepLR,
+  // stepped per epoch, after engine.py's LinearLR warm-up over the first epoch's iterations).
+  std::vector<double> milestones = {16, 22};  // [--lr-steps] epochs after which the lr is × gamma
+  int64_t warmup_iters = 1000;                // engine.py: min(1000, iterations per epoch - 1); 0 = none
+  double warmup_factor = 0.001;               // engine.py: the warm-up's first lr = lr × warmup_factor
 };
 
 // M4: the input size of step `step` of a multi-scale run — a pure function of (seed, step), so

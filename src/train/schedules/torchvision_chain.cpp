@@ -171,8 +171,8 @@ void declare_chain(ScheduleOptions& o, ConfigSchema& s) {
         "step (--lr-step-size): lr × gamma every step_size epochs (interval = \"step\": optimizer steps)")
       .min(1);
   s.add("schedule", "gamma", &o.gamma,
-        "step/exponential (--lr-gamma): the factor per step_size epochs (step) or per epoch (exponential); per "
-        "optimizer step with interval = \"step\"")
+        "step/exponential/multistep (--lr-gamma): the factor per step_size epochs (step), per epoch (exponential; per "
+        "optimizer step with interval = \"step\") or at each milestone (multistep)")
       .positive();
   s.add("schedule", "lr_min", &o.lr_min, "cosine (--lr-min): eta_min, reached at T_max = epochs - warmup_epochs")
       .non_negative();
