@@ -11,20 +11,32 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <functional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <tuple>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "crucible/data/eval/coco_eval.h"
+#include "crucible/data/formats/sample_source.h"
+#include "crucible/data/loader/detection_pipeline.h"
 #include "crucible/data/loader/device_input.h"
 #include "crucible/data/loader/loader.h"
 #include "crucible/data/loader/pipeline.h"
 #include "crucible/data/formats/source.h"
 #include "crucible/distributed/comm.h"
 #include "crucible/distributed/launch.h"
+#include "crucible/nn/detection/detector.h"
 #include "crucible/nn/model.h"
 #include "crucible/train/job_config.h"
+#include "crucible/train/detection_eval.h"
 #include "crucible/train/loss.h"
+#include "coco_fixture.h"
+#include "test_util.h"
 
 namespace crucible::train {
 namespace {
@@ -310,6 +322,127 @@ TEST(Evaluator, MultiLabelFiguresEqualAnOracle) {
     EXPECT_EQ(r.samples, kSamples);
     EXPECT_DOUBLE_EQ(r.acc, hits / kSamples);
     EXPECT_DOUBLE_EQ(r.top5, hits5 / kSamples);
+  }
+}
+
+}  // namespace
+}  // namespace crucible::train
+
+namespace crucible::train {
+namespace {
+
+// ---- detection: COCO's numbers over ranks (X5) ----------------------------------------------
+
+// 9 images (no rank count above 1 divides it: the sampler pads), 40–70 px, 0–3 boxes each in the
+// fixture's categories 7, 1, 3; one image without boxes.
+std::string detection_set(const test::TempDir& dir) {
+  std::vector<std::tuple<int64_t, int, int>> images;
+  nlohmann::json anns = nlohmann::json::array();
+  std::mt19937 gen(48);
+  for (int64_t i = 0; i < 9; ++i) {
+    const int w = 40 + static_cast<int>(gen() % 30), h = 40 + static_cast<int>(gen() % 30);
+    images.emplace_back(300 + 11 * i, w, h);
+    for (int k = 0; k < static_cast<int>(i % 4); ++k) {
+      anns.push_back(test::ann(i * 10 + k + 1, 300 + 11 * i, std::vector<int>{7, 1, 3}[k % 3],
+                               {2.0 + 3 * k, 1.0 + 2 * k, w / 2.5, h / 3.0}));
+    }
+  }
+  return test::write_coco(dir, images, anns);
+}
+
+std::unique_ptr<nn::Detector> small_fcos() {
+  nn::DetectorOptions o;
+  o.num_classes = 3;
+  o.min_size = 64;
+  o.max_size = 96;
+  o.score_thresh = 0.05;  // a model at its initialisation scores about 0.07
+  o.detections_per_img = 20;
+  at::manual_seed(7);
+  return nn::make_fcos(18, o);
+}
+
+DetectionEval evaluate_set(nn::Detector& detector, const std::string& coco, distributed::Comm* comm, int rank,
+                           int ranks) {
+  data::DetectionPipelineOptions po;
+  po.preset = "test";
+  auto pipeline = std::make_shared<data::DetectionPipeline>(data::open_coco(coco, {}), po);
+  data::LoaderOptions lo;
+  lo.batch_size = 2;
+  lo.threads = 1;
+  data::Loader loader(pipeline, data::DistributedSampler(pipeline->size(), false, 0, {ranks, rank, false}), lo);
+  return evaluate_detections(detector, loader, data::read_coco_ground_truth(coco), c10::kCPU, comm);
+}
+
+bool same(const std::vector<data::CocoDetection>& a, const std::vector<data::CocoDetection>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].image_id != b[i].image_id || a[i].category_id != b[i].category_id || a[i].score != b[i].score ||
+        !std::equal(a[i].bbox, a[i].bbox + 4, b[i].bbox)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// X5: on 2 and 3 ranks every rank gets the one-process detections, bit for bit, and the same 12
+// numbers; every image once (the padding's second evaluation dropped); the categories are the
+// file's ids; with pycocotools in the oracle Python (make test-torch2), its COCOeval on the same
+// results file gives the same numbers.
+TEST(DetectionEval, RanksGiveTheOneProcessDetectionsAndNumbersX5) {
+  test::TempDir dir;
+  const std::string coco = detection_set(dir);
+  std::unique_ptr<nn::Detector> one_model = small_fcos();
+  const DetectionEval one = evaluate_set(*one_model, coco, nullptr, 0, 1);
+  EXPECT_EQ(one.images, 9);
+  ASSERT_GT(one.results.size(), 20u);
+  std::set<int64_t> categories, images;
+  for (const auto& d : one.results) {
+    categories.insert(d.category_id);
+    images.insert(d.image_id);
+    EXPECT_GE(d.bbox[2], 0);
+    EXPECT_GE(d.bbox[3], 0);
+  }
+  for (int64_t c : categories) EXPECT_TRUE(c == 7 || c == 1 || c == 3) << c;
+  EXPECT_GT(images.size(), 5u);
+  for (int ranks : {2, 3}) {
+    std::vector<std::unique_ptr<nn::Detector>> models;
+    for (int r = 0; r < ranks; ++r) models.push_back(small_fcos());
+    std::vector<DetectionEval> got(static_cast<size_t>(ranks));
+    with_ranks(ranks, [&](int rank, distributed::Comm& comm) {
+      got[static_cast<size_t>(rank)] = evaluate_set(*models[static_cast<size_t>(rank)], coco, &comm, rank, ranks);
+    });
+    for (int rank = 0; rank < ranks; ++rank) {
+      const DetectionEval& g = got[static_cast<size_t>(rank)];
+      const std::string where = "rank " + std::to_string(rank) + " of " + std::to_string(ranks);
+      EXPECT_EQ(g.images, 9) << where;
+      EXPECT_TRUE(same(g.results, one.results)) << where << ": " << g.results.size() << " detections, one process "
+                                                << one.results.size();
+      EXPECT_EQ(g.coco.stats, one.coco.stats) << where;
+    }
+  }
+  // pycocotools on the same results (the oracle Python of make test-torch2 has it).
+  const std::string probe = test::run_python("try:\n import pycocotools; print('yes')\nexcept ImportError: print('no')\n");
+  if (probe.find("yes") == std::string::npos) {
+    if (test::oracles_required()) FAIL() << "pycocotools is missing from " << test::oracle_python();
+    GTEST_SKIP() << "pycocotools is not in " << test::oracle_python() << "; make test-torch2 compares with it";
+  }
+  nlohmann::json results = nlohmann::json::array();
+  for (const auto& d : one.results) {
+    results.push_back({{"image_id", d.image_id}, {"category_id", d.category_id},
+                       {"bbox", {d.bbox[0], d.bbox[1], d.bbox[2], d.bbox[3]}}, {"score", d.score}});
+  }
+  std::ofstream(dir / "results.json") << results.dump();
+  const std::string out = test::run_python(
+      "import contextlib, io\nfrom pycocotools.coco import COCO\nfrom pycocotools.cocoeval import COCOeval\n"
+      "with contextlib.redirect_stdout(io.StringIO()):\n"
+      "    gt = COCO('" + coco + "'); dt = gt.loadRes('" + (dir / "results.json") + "')\n"
+      "    e = COCOeval(gt, dt, 'bbox'); e.evaluate(); e.accumulate(); e.summarize()\n"
+      "print(' '.join(repr(float(s)) for s in e.stats))\n");
+  std::istringstream in(out);
+  for (size_t i = 0; i < 12; ++i) {
+    double want = 0;
+    ASSERT_TRUE(in >> want) << out;
+    EXPECT_NEAR(one.coco.stats[i], want, 1e-12) << "stat " << i;
   }
 }
 
