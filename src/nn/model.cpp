@@ -18,6 +18,7 @@
 #include "crucible/core/error.h"
 #include "crucible/nn/batch_norm.h"
 #include "crucible/nn/layer_scope.h"
+#include "crucible/nn/detection/detector.h"
 #include "crucible/nn/resnet.h"
 #include "crucible/nn/exported.h"
 #include "crucible/nn/torchscript.h"
@@ -125,6 +126,28 @@ std::unique_ptr<Model> make_fmnist_cnn(const ModelBuild& b) {
   return std::make_unique<FmnistCnn>(b.in_channels, b.height, b.width, b.num_classes, b.options.dropout);
 }
 
+// A detector from the [model] keys (model_options.h's DetectorSettings) and the data's classes.
+std::unique_ptr<Model> make_detector(const std::string& kind, int depth, const ModelBuild& b) {
+  if (b.in_channels != 3) {
+    throw bad_input("model.name = \"{}_resnet{}_fpn\" takes RGB images; the data have {} channel(s)", kind, depth,
+                    b.in_channels);
+  }
+  const DetectorSettings& s = b.options.detector;
+  DetectorOptions o;
+  o.num_classes = b.num_classes;
+  o.min_size = s.min_size;
+  o.max_size = s.max_size;
+  o.trainable_backbone_layers = s.trainable_backbone_layers;
+  const bool fcos = kind == "fcos";
+  o.score_thresh = s.score_thresh >= 0 ? s.score_thresh : (fcos ? 0.2 : 0.05);
+  o.nms_thresh = s.nms_thresh >= 0 ? s.nms_thresh : (fcos ? 0.6 : 0.5);
+  o.detections_per_img = s.detections_per_img;
+  o.topk_candidates = s.topk_candidates;
+  o.center_sampling_radius = s.center_sampling_radius;
+  if (fcos) return make_fcos(depth, o);
+  return make_retinanet(depth, o);
+}
+
 }  // namespace
 
 const Registry<ModelFactory>& model_registry() {
@@ -138,6 +161,13 @@ const Registry<ModelFactory>& model_registry() {
     r.add("exported", "a Python model exported by torch.export (model.path: a .pt2 of crucible.export or torch.export.save)",
           make_exported);
     r.add("torchscript", "a Python model saved by torch.jit.save(torch.jit.script(m)) (model.path)", make_torchscript);
+    for (const char* kind : {"fcos", "retinanet"}) {
+      for (int depth : {18, 34, 50}) {
+        r.add(fmt::format("{}_resnet{}_fpn", kind, depth),
+              fmt::format("torchvision's {}_resnet50_fpn over ResNet-{} (same state_dict names)", kind, depth),
+              [kind = std::string(kind), depth](const ModelBuild& b) { return make_detector(kind, depth, b); });
+      }
+    }
     return r;
   }();
   return registry;

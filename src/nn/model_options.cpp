@@ -2,6 +2,8 @@
 // model_registry(), model.cpp, under the same name), then the keys every model takes.
 #include "crucible/nn/model_options.h"
 
+#include <fmt/format.h>
+
 #include "crucible/core/config.h"
 
 namespace crucible::nn {
@@ -24,6 +26,35 @@ void declare_program(ModelOptions& o, ConfigSchema& s) {
         "BatchNorm on batch statistics)");
 }
 
+// The detectors' keys (declared by the first detector registered).
+void declare_detector(ModelOptions& o, ConfigSchema& s) {
+  if (s.find("model", "min_size") != nullptr) return;
+  DetectorSettings& d = o.detector;
+  s.add("model", "min_size", &d.min_size,
+        "detectors (GeneralizedRCNNTransform's min_size): each image resized so its shorter side is min_size …")
+      .min(1);
+  s.add("model", "max_size", &d.max_size, "detectors: … unless its longer side would pass max_size").min(1);
+  s.add("model", "trainable_backbone_layers", &d.trainable_backbone_layers,
+        "detectors: ResNet stages trained, from the last (0–5; torchvision's default 3: conv1 and layer1 frozen); "
+        "the trunk's BatchNorm is FrozenBatchNorm2d (M2)")
+      .min(0)
+      .max(5);
+  s.add("model", "score_thresh", &d.score_thresh,
+        "detectors: detections scoring at most this are dropped (-1: the model's own, FCOS 0.2, RetinaNet 0.05)")
+      .min(-1)
+      .max(1);
+  s.add("model", "nms_thresh", &d.nms_thresh,
+        "detectors: batched NMS's IoU threshold (-1: the model's own, FCOS 0.6, RetinaNet 0.5)")
+      .min(-1)
+      .max(1);
+  s.add("model", "detections_per_img", &d.detections_per_img, "detectors: the most detections kept per image").min(1);
+  s.add("model", "topk_candidates", &d.topk_candidates, "detectors: the best candidates kept per level before NMS")
+      .min(1);
+  s.add("model", "center_sampling_radius", &d.center_sampling_radius,
+        "FCOS: anchor points within this many strides of a box's centre may match it")
+      .positive();
+}
+
 }  // namespace
 
 const Registry<ModelSettings>& model_settings_registry() {
@@ -36,6 +67,13 @@ const Registry<ModelSettings>& model_settings_registry() {
     r.add("exported", "a Python model exported by torch.export (model.path: a .pt2 of crucible.export or torch.export.save)",
           {declare_program});
     r.add("torchscript", "a Python model saved by torch.jit.save(torch.jit.script(m)) (model.path)", {declare_program});
+    for (const char* kind : {"fcos", "retinanet"}) {
+      for (int depth : {18, 34, 50}) {
+        r.add(fmt::format("{}_resnet{}_fpn", kind, depth),
+              fmt::format("torchvision's {}_resnet50_fpn over ResNet-{} (same state_dict names)", kind, depth),
+              {declare_detector});
+      }
+    }
     return r;
   }();
   return registry;

@@ -25,6 +25,7 @@
 #include "crucible/distributed/comm.h"
 #include "crucible/distributed/grad_sync.h"
 #include "crucible/nn/batch_norm.h"
+#include "crucible/nn/detection/detector.h"
 #include "crucible/nn/lint.h"
 #include "crucible/obs/layer_profile.h"
 #include "crucible/obs/phase_clock.h"
@@ -72,9 +73,9 @@ void assemble_data(Job& job, const StoredChoices& stored) {
   const uint64_t seed = static_cast<uint64_t>(c.run.seed);
   const auto t0 = Clock::now();
   if (c.data.dataset == DataSection::Dataset::kDetection) {
-    throw bad_input("data.dataset = \"detection\": crucible has no detection model, loss or metric yet, so it cannot "
-                    "train or evaluate one; the detection data runs in `crucible bench loader` and in the Python "
-                    "module's loaders (crucible.loader), whose batches a torchvision detection model takes as they are");
+    throw bad_input("data.dataset = \"detection\": `crucible train` does not run a detection job yet (its detectors, "
+                    "model.name = \"fcos_resnet50_fpn\" and others, exist; the loop trains classifiers); the data runs "
+                    "in `crucible bench loader` and in the Python loaders, whose batches torchvision's detectors take");
   }
   // X8: rank 0 opens the data first, so what opening writes beside it (a tar shard's .idx) is
   // written once, by one process; the others open after it and read what it wrote (on a node
@@ -164,6 +165,10 @@ void assemble_model(Job& job, const StoredChoices& stored) {
     for (const auto& h : r.reinitialised) {
       log_info("model.init: classifier head {} re-initialised for the data's {} classes", h, job.num_classes);
     }
+  }
+  if (dynamic_cast<nn::Detector*>(job.model.get()) != nullptr) {
+    throw bad_input("model.name = \"{}\" is a detector: it trains on images with boxes (data.dataset = "
+                    "\"detection\"), not on class labels", c.model.name);
   }
   job.model->to(job.device);
   job.model->train(true);

@@ -83,6 +83,27 @@ std::string python_literal(const TorchvisionCase& c) {
                      c.epochs, c.per_epoch, c.warmup, c.step_size, c.gamma, c.lr_min, c.decay, c.lr);
 }
 
+// `s`'s lr at each of `total` steps against torch's on `line` (one per step), to `rel` relative
+// (0: exactly), the optimizer's momentum 0.9 kept; the first three differences named by `what`.
+void expect_lrs(const Schedule& s, int64_t total, int64_t per_epoch, const std::string& line, const std::string& what,
+                double rel) {
+  std::istringstream in(line);
+  int64_t wrong = 0;
+  for (int64_t step = 0; step < total; ++step) {
+    double lr = 0;
+    ASSERT_TRUE(in >> lr) << what << " step " << step;
+    const Schedule::Point p = s.at(step);
+    if (std::abs(p.lr - lr) > rel * std::abs(lr) && wrong++ < 3) {
+      ADD_FAILURE() << what << " step " << step << " (epoch " << step / per_epoch << "): crucible "
+                    << fmt::format("{}", p.lr) << ", torch " << fmt::format("{}", lr);
+    }
+    EXPECT_EQ(p.momentum, 0.9);
+  }
+  EXPECT_EQ(wrong, 0) << what;
+  double extra = 0;
+  EXPECT_FALSE(in >> extra) << what << ": torch gave more steps";
+}
+
 TEST(Schedule, TorchvisionSchedulesEqualPytorchAtEveryStepT8) {
   struct Set {
     int64_t epochs, per_epoch, warmup, step_size;
@@ -163,22 +184,7 @@ TEST(Schedule, TorchvisionSchedulesEqualPytorchAtEveryStepT8) {
     o.gamma = c.gamma;
     o.lr_min = c.lr_min;
     const int64_t total = c.epochs * c.per_epoch;
-    const Schedule s(o, c.lr, 0.9, total, c.per_epoch);
-    std::istringstream in(line);
-    int64_t wrong = 0;
-    for (int64_t step = 0; step < total; ++step) {
-      double lr = 0;
-      ASSERT_TRUE(in >> lr) << python_literal(c) << " step " << step;
-      const Schedule::Point p = s.at(step);
-      if (std::abs(p.lr - lr) > 1e-12 * std::abs(lr) && wrong++ < 3) {
-        ADD_FAILURE() << python_literal(c) << " step " << step << " (epoch " << step / c.per_epoch << "): crucible "
-                      << fmt::format("{}", p.lr) << ", torch " << fmt::format("{}", lr);
-      }
-      EXPECT_EQ(p.momentum, 0.9);
-    }
-    EXPECT_EQ(wrong, 0) << python_literal(c);
-    double extra = 0;
-    EXPECT_FALSE(in >> extra) << python_literal(c) << ": torch gave more steps";
+    expect_lrs(Schedule(o, c.lr, 0.9, total, c.per_epoch), total, c.per_epoch, line, python_literal(c), 1e-12);
   }
 }
 
@@ -241,21 +247,8 @@ TEST(Schedule, MultiStepEqualsTorchvisionDetectionReferenceT8) {
     o.warmup_iters = c.warmup_iters;
     o.warmup_factor = c.factor;
     const int64_t total = c.epochs * c.per_epoch;
-    const Schedule s(o, c.lr, 0.9, total, c.per_epoch);
-    std::istringstream in(line);
-    int64_t wrong = 0;
-    for (int64_t step = 0; step < total; ++step) {
-      double lr = 0;
-      ASSERT_TRUE(in >> lr) << line;
-      const double got = s.at(step).lr;
-      if (got != lr && wrong++ < 3) {
-        ADD_FAILURE() << "epochs " << c.epochs << " × " << c.per_epoch << ", step " << step << ": crucible "
-                      << fmt::format("{}", got) << ", torch " << fmt::format("{}", lr);
-      }
-    }
-    EXPECT_EQ(wrong, 0) << "epochs " << c.epochs << " × " << c.per_epoch;
-    double extra = 0;
-    EXPECT_FALSE(in >> extra) << "torch gave more steps";
+    expect_lrs(Schedule(o, c.lr, 0.9, total, c.per_epoch), total, c.per_epoch, line,
+               fmt::format("epochs {} × {}", c.epochs, c.per_epoch), 0.0);
   }
   using test::expect_bad_input;
   ScheduleOptions bad;

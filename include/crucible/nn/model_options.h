@@ -2,6 +2,7 @@
 // compiling torch (the models themselves are in nn/model.h).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -13,6 +14,19 @@ class ConfigSchema;
 }
 
 namespace crucible::nn {
+
+// A detector's settings (model.name = "fcos_resnet50_fpn", …): torchvision's keyword arguments
+// of the same names (FCOS, RetinaNet, GeneralizedRCNNTransform, _resnet_fpn_extractor).
+struct DetectorSettings {
+  int64_t min_size = 800;                  // the resize: shorter side to min_size …
+  int64_t max_size = 1333;                 // … unless the longer side passes max_size
+  int64_t trainable_backbone_layers = 3;   // trunk stages trained, from the last (0–5)
+  double score_thresh = -1;                // -1: the model's own (FCOS 0.2, RetinaNet 0.05)
+  double nms_thresh = -1;                  // -1: the model's own (FCOS 0.6, RetinaNet 0.5)
+  int64_t detections_per_img = 100;
+  int64_t topk_candidates = 1000;
+  double center_sampling_radius = 1.5;     // FCOS
+};
 
 struct ModelOptions {
   std::string name = "fmnist_cnn";
@@ -30,6 +44,7 @@ struct ModelOptions {
   std::vector<std::string> init_ignore;
   // Parameters kept fixed (glob patterns over parameter names): not optimised, not synced.
   std::vector<std::string> freeze;
+  DetectorSettings detector;  // the detectors' keys
 };
 
 // A model's own keys of [model] (a key two models share: declared by the first).

@@ -167,6 +167,38 @@ std::vector<at::Tensor> ResNetFpnImpl::forward(const at::Tensor& x) {
   return fpn->forward({c[1], c[2], c[3]});
 }
 
+// ---- heads ----
+
+tnn::Conv2d head_conv(int64_t in, int64_t out, double bias) {
+  tnn::Conv2d conv(tnn::Conv2dOptions(in, out, 3).padding(1));
+  tnn::init::normal_(conv->weight, 0, 0.01);
+  tnn::init::constant_(conv->bias, bias);
+  return conv;
+}
+
+at::Tensor flatten_level(const at::Tensor& t, int64_t k) {
+  const int64_t n = t.size(0), h = t.size(2), w = t.size(3);
+  return t.view({n, -1, k, h, w}).permute({0, 3, 4, 1, 2}).reshape({n, -1, k});
+}
+
+double prior_bias() {
+  const double prior = 0.01;
+  return -std::log((1 - prior) / prior);
+}
+
+ClassificationHeadImpl::ClassificationHeadImpl(tnn::Sequential tower, int64_t channels, int64_t anchors,
+                                               int64_t num_classes)
+    : num_classes(num_classes) {
+  conv = register_module("conv", std::move(tower));
+  cls_logits = register_module("cls_logits", head_conv(channels, anchors * num_classes, prior_bias()));
+}
+
+at::Tensor ClassificationHeadImpl::forward(const std::vector<at::Tensor>& x) {
+  std::vector<at::Tensor> all;
+  for (const auto& f : x) all.push_back(flatten_level(cls_logits(conv->forward(f)), num_classes));
+  return at::cat(all, 1);
+}
+
 // ---- anchors, box coder, losses ----
 
 at::Tensor grid_anchors(const at::Tensor& batch, const std::vector<at::Tensor>& features,

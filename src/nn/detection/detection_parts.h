@@ -13,6 +13,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 
 #include "crucible/nn/detection/detector.h"
@@ -51,6 +52,23 @@ struct ResNetFpnImpl : torch::nn::Module {
   std::vector<at::Tensor> forward(const at::Tensor& x);
   std::shared_ptr<torch::nn::Module> body;
   std::shared_ptr<FpnImpl> fpn;
+};
+
+// A head's 3×3 conv (padding 1) drawn from N(0, 0.01), its bias `bias` (both heads' init).
+torch::nn::Conv2d head_conv(int64_t in, int64_t out, double bias);
+// A head's output of one level, [N, A·K, H, W] → [N, H·W·A, K], as the heads reshape it.
+at::Tensor flatten_level(const at::Tensor& t, int64_t k);
+// The classification head's prior: its bias -log((1 - 0.01) / 0.01), so every score starts at 0.01.
+double prior_bias();
+
+// FCOSClassificationHead / RetinaNetClassificationHead: `tower` (children conv), then cls_logits,
+// a 3×3 conv to anchors × num_classes at the prior bias; forward gives [N, all places, C].
+struct ClassificationHeadImpl : torch::nn::Module {
+  ClassificationHeadImpl(torch::nn::Sequential tower, int64_t channels, int64_t anchors, int64_t num_classes);
+  at::Tensor forward(const std::vector<at::Tensor>& x);
+  int64_t num_classes;
+  torch::nn::Sequential conv{nullptr};
+  torch::nn::Conv2d cls_logits{nullptr};
 };
 
 // AnchorGenerator with one size per level and aspect ratio 1 (FCOS), or `scales` × ratios

@@ -37,44 +37,12 @@ namespace tnn = torch::nn;
 tnn::Sequential head_tower(int64_t channels) {
   tnn::Sequential seq;
   for (int i = 0; i < 4; ++i) {
-    tnn::Conv2d conv(tnn::Conv2dOptions(channels, channels, 3).padding(1));
-    tnn::init::normal_(conv->weight, 0, 0.01);
-    tnn::init::constant_(conv->bias, 0);
-    seq->push_back(conv);
+    seq->push_back(head_conv(channels, channels, 0));
     seq->push_back(tnn::GroupNorm(tnn::GroupNormOptions(32, channels)));
     seq->push_back(tnn::ReLU());
   }
   return seq;
 }
-
-tnn::Conv2d head_conv(int64_t in, int64_t out, double bias) {
-  tnn::Conv2d conv(tnn::Conv2dOptions(in, out, 3).padding(1));
-  tnn::init::normal_(conv->weight, 0, 0.01);
-  tnn::init::constant_(conv->bias, bias);
-  return conv;
-}
-
-// [N, A·K, H, W] → [N, H·W·A, K], as the heads reshape each level.
-at::Tensor flatten_level(const at::Tensor& t, int64_t k) {
-  const int64_t n = t.size(0), h = t.size(2), w = t.size(3);
-  return t.view({n, -1, k, h, w}).permute({0, 3, 4, 1, 2}).reshape({n, -1, k});
-}
-
-struct ClassificationHeadImpl : tnn::Module {
-  ClassificationHeadImpl(int64_t channels, int64_t num_classes) : num_classes(num_classes) {
-    conv = register_module("conv", head_tower(channels));
-    const double prior = 0.01;
-    cls_logits = register_module("cls_logits", head_conv(channels, num_classes, -std::log((1 - prior) / prior)));
-  }
-  at::Tensor forward(const std::vector<at::Tensor>& x) {
-    std::vector<at::Tensor> all;
-    for (const auto& f : x) all.push_back(flatten_level(cls_logits(conv->forward(f)), num_classes));
-    return at::cat(all, 1);
-  }
-  int64_t num_classes;
-  tnn::Sequential conv{nullptr};
-  tnn::Conv2d cls_logits{nullptr};
-};
 
 struct RegressionHeadImpl : tnn::Module {
   explicit RegressionHeadImpl(int64_t channels) {
@@ -97,7 +65,8 @@ struct RegressionHeadImpl : tnn::Module {
 
 struct FcosHeadImpl : tnn::Module {
   FcosHeadImpl(int64_t channels, int64_t num_classes) {
-    classification_head = register_module("classification_head", std::make_shared<ClassificationHeadImpl>(channels, num_classes));
+    classification_head = register_module(
+        "classification_head", std::make_shared<ClassificationHeadImpl>(head_tower(channels), channels, 1, num_classes));
     regression_head = register_module("regression_head", std::make_shared<RegressionHeadImpl>(channels));
   }
   std::shared_ptr<ClassificationHeadImpl> classification_head;

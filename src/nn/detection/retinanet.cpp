@@ -29,17 +29,10 @@ namespace tnn = torch::nn;
 
 constexpr int64_t kAnchors = 9;  // 3 sizes × 3 aspect ratios per place
 
-tnn::Conv2d normal_conv(int64_t in, int64_t out, double bias) {
-  tnn::Conv2d conv(tnn::Conv2dOptions(in, out, 3).padding(1));
-  tnn::init::normal_(conv->weight, 0, 0.01);
-  tnn::init::constant_(conv->bias, bias);
-  return conv;
-}
-
 // Conv2dNormActivation(norm_layer=None): a conv with bias (child "0") and a ReLU ("1").
 struct ConvReluImpl : tnn::Module {
   explicit ConvReluImpl(int64_t channels) {
-    conv = register_module("0", normal_conv(channels, channels, 0));
+    conv = register_module("0", head_conv(channels, channels, 0));
     register_module("1", tnn::ReLU());
   }
   at::Tensor forward(const at::Tensor& x) { return at::relu(conv(x)); }
@@ -54,32 +47,10 @@ tnn::Sequential tower(int64_t channels) {
   return seq;
 }
 
-at::Tensor flatten_level(const at::Tensor& t, int64_t k) {
-  const int64_t n = t.size(0), h = t.size(2), w = t.size(3);
-  return t.view({n, -1, k, h, w}).permute({0, 3, 4, 1, 2}).reshape({n, -1, k});
-}
-
-struct ClassificationHeadImpl : tnn::Module {
-  ClassificationHeadImpl(int64_t channels, int64_t num_classes) : num_classes(num_classes) {
-    conv = register_module("conv", tower(channels));
-    const double prior = 0.01;
-    cls_logits = register_module("cls_logits",
-                                 normal_conv(channels, kAnchors * num_classes, -std::log((1 - prior) / prior)));
-  }
-  at::Tensor forward(const std::vector<at::Tensor>& x) {
-    std::vector<at::Tensor> all;
-    for (const auto& f : x) all.push_back(flatten_level(cls_logits(conv->forward(f)), num_classes));
-    return at::cat(all, 1);
-  }
-  int64_t num_classes;
-  tnn::Sequential conv{nullptr};
-  tnn::Conv2d cls_logits{nullptr};
-};
-
 struct RegressionHeadImpl : tnn::Module {
   explicit RegressionHeadImpl(int64_t channels) {
     conv = register_module("conv", tower(channels));
-    bbox_reg = register_module("bbox_reg", normal_conv(channels, kAnchors * 4, 0));
+    bbox_reg = register_module("bbox_reg", head_conv(channels, kAnchors * 4, 0));
   }
   at::Tensor forward(const std::vector<at::Tensor>& x) {
     std::vector<at::Tensor> all;
@@ -92,8 +63,8 @@ struct RegressionHeadImpl : tnn::Module {
 
 struct RetinaHeadImpl : tnn::Module {
   RetinaHeadImpl(int64_t channels, int64_t num_classes) {
-    classification_head =
-        register_module("classification_head", std::make_shared<ClassificationHeadImpl>(channels, num_classes));
+    classification_head = register_module(
+        "classification_head", std::make_shared<ClassificationHeadImpl>(tower(channels), channels, kAnchors, num_classes));
     regression_head = register_module("regression_head", std::make_shared<RegressionHeadImpl>(channels));
   }
   std::shared_ptr<ClassificationHeadImpl> classification_head;
