@@ -165,6 +165,7 @@ void assemble_model(Job& job, const StoredChoices& stored) {
     for (const auto& h : r.reinitialised) {
       log_info("model.init: classifier head {} re-initialised for the data's {} classes", h, job.num_classes);
     }
+    if (r.kept > 0) log_info("model.init: {} tensors outside the trunk keep their initialisation", r.kept);
   }
   if (dynamic_cast<nn::Detector*>(job.model.get()) != nullptr) {
     throw bad_input("model.name = \"{}\" is a detector: it trains on images with boxes (data.dataset = "

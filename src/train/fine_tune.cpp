@@ -43,6 +43,59 @@ bool strip_common(std::map<std::string, at::Tensor>& tensors, const std::string&
   return true;
 }
 
+// A classifier head of another class count: a Linear's weight or bias whose first dimension is
+// num_classes here and another count in the file, all else equal; or a detector's cls_logits
+// conv (weight or bias), whose first dimension is anchors × classes.
+bool is_class_head(const std::string& name, const at::Tensor& dst, const at::Tensor& src, int64_t num_classes) {
+  if (dst.dim() != src.dim() || dst.dim() == 0 || dst.size(0) == src.size(0)) return false;
+  for (int64_t d = 1; d < dst.dim(); ++d) {
+    if (dst.size(d) != src.size(d)) return false;
+  }
+  const auto ends_with = [&](const char* tail) {
+    const std::string t(tail);
+    return name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
+  };
+  if (ends_with("cls_logits.weight") || ends_with("cls_logits.bias")) {
+    const int64_t anchors = dst.size(0) / num_classes;
+    return dst.size(0) % num_classes == 0 && src.size(0) % anchors == 0;
+  }
+  return (dst.dim() == 1 || dst.dim() == 2) && dst.size(0) == num_classes;
+}
+
+// A classification network's weights for a model that holds its trunk (torchvision's
+// weights_backbone): moved under the trunk's prefix, without the classifier and BatchNorm's
+// batch counters; the rest of the model keeps its initialisation. Returns the note saying so.
+std::string into_trunk(std::map<std::string, at::Tensor>& file, const std::string& trunk) {
+  std::map<std::string, at::Tensor> moved;
+  int64_t dropped = 0;
+  for (auto& [name, t] : file) {
+    const bool counter = name.size() >= 19 && name.compare(name.size() - 19, 19, "num_batches_tracked") == 0;
+    if (name.rfind("fc.", 0) == 0 || counter) {
+      ++dropped;
+    } else {
+      moved.emplace(trunk + name, std::move(t));
+    }
+  }
+  file = std::move(moved);
+  return fmt::format("a classification network's weights: loaded into the trunk ({}), as torchvision's "
+                     "weights_backbone; its fc and num_batches_tracked ({} tensors) left out",
+                     trunk, dropped);
+}
+
+// The error of a file that does not fit the model, naming what is missing, extra or mis-shapen.
+[[noreturn]] void throw_misfit(const std::string& path, const std::string& model, const std::vector<std::string>& missing,
+                               const std::vector<std::string>& unexpected, const std::vector<std::string>& misshapen) {
+  std::string what;
+  if (!missing.empty()) what += fmt::format("\n  missing from the file ({}): {}", missing.size(), first_names(missing));
+  if (!unexpected.empty()) {
+    what += fmt::format("\n  in the file but not in the model ({}): {}", unexpected.size(), first_names(unexpected));
+  }
+  if (!misshapen.empty()) what += fmt::format("\n  of another shape: {}", first_names(misshapen, 4));
+  throw bad_input("model.init = \"{}\" does not fit model {}:{}\nlist names that may differ in model.init_ignore "
+                  "(glob patterns), or choose the model these weights belong to",
+                  path, model, what);
+}
+
 }  // namespace
 
 InitReport load_initial_weights(nn::Model& module, const nn::ModelOptions& options, int64_t num_classes) {
@@ -72,21 +125,26 @@ InitReport load_initial_weights(nn::Model& module, const nn::ModelOptions& optio
     if (any_match()) break;
     if (strip_common(file, wrapper)) report.notes.push_back(fmt::format("stripped the \"{}\" prefix of every name", wrapper));
   }
-
+  const std::string trunk = module.trunk_prefix();
+  const bool trunk_only = !trunk.empty() && !any_match() && file.count("conv1.weight") != 0;
+  if (trunk_only) report.notes.push_back(into_trunk(file, trunk));
   std::vector<std::string> missing, unexpected, misshapen;
   std::map<std::string, bool> used;
   at::NoGradGuard no_grad;
   for (auto& [name, dst] : model) {
     auto it = file.find(name);
     if (it == file.end()) {
-      (matches_any(name, options.init_ignore) ? report.ignored : missing).push_back(name);
+      if (trunk_only && name.rfind(trunk, 0) != 0) {
+        ++report.kept;  // outside the trunk: keeps its initialisation
+      } else {
+        (matches_any(name, options.init_ignore) ? report.ignored : missing).push_back(name);
+      }
       continue;
     }
     used[name] = true;
     const at::Tensor& src = it->second;
     if (src.sizes() != dst.sizes()) {
-      const bool head = (dst.dim() == 1 || dst.dim() == 2) && dst.dim() == src.dim() && dst.size(0) == num_classes &&
-                        src.size(0) != num_classes && (dst.dim() == 1 || dst.size(1) == src.size(1));
+      const bool head = is_class_head(name, dst, src, num_classes);
       if (head) {
         report.reinitialised.push_back(fmt::format("{} ([{}] in the file, [{}] here)", name, fmt::join(src.sizes(), ", "),
                                                    fmt::join(dst.sizes(), ", ")));
@@ -111,15 +169,7 @@ InitReport load_initial_weights(nn::Model& module, const nn::ModelOptions& optio
     (matches_any(f.first, options.init_ignore) ? report.ignored : unexpected).push_back(f.first);
   }
   if (!missing.empty() || !unexpected.empty() || !misshapen.empty()) {
-    std::string what;
-    if (!missing.empty()) what += fmt::format("\n  missing from the file ({}): {}", missing.size(), first_names(missing));
-    if (!unexpected.empty()) {
-      what += fmt::format("\n  in the file but not in the model ({}): {}", unexpected.size(), first_names(unexpected));
-    }
-    if (!misshapen.empty()) what += fmt::format("\n  of another shape: {}", first_names(misshapen, 4));
-    throw bad_input("model.init = \"{}\" does not fit model {}:{}\nlist names that may differ in model.init_ignore "
-                    "(glob patterns), or choose the model these weights belong to",
-                    path, options.name, what);
+    throw_misfit(path, options.name, missing, unexpected, misshapen);
   }
   return report;
 }

@@ -240,6 +240,72 @@ for kind, cls in (('fcos', FCOS), ('retinanet', RetinaNet)):
   }
 }
 
+// Fine-tuning a detector as torchvision's recipes start one (model.init): from an ImageNet
+// ResNet's state_dict (weights_backbone) into the trunk, fc and num_batches_tracked left out and
+// the FPN and heads at their initialisation; and from COCO weights (91 classes) to 3 classes,
+// every tensor loaded but cls_logits (anchors × classes), which keeps its fresh initialisation.
+TEST(Detectors, FineTuneFromAnImageNetTrunkOrFromAnotherClassCount) {
+  test::TempDir d;
+  test::run_python("D = '" + d.path() + "/'\n" + R"(import torch, torchvision
+from torchvision.ops import misc
+from torchvision.ops.feature_pyramid_network import LastLevelP6P7
+from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
+from torchvision.models.detection.fcos import FCOS
+from torchvision.models.detection.retinanet import RetinaNet
+torch.manual_seed(3)
+net = torchvision.models.resnet18(weights=None)
+with torch.no_grad():
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.normal_(0, 0.1); m.running_var.uniform_(0.5, 2.0)
+torch.save(net.state_dict(), D + 'imagenet.pt')
+for kind, cls in (('fcos', FCOS), ('retinanet', RetinaNet)):
+    trunk = torchvision.models.resnet18(weights=None, norm_layer=misc.FrozenBatchNorm2d)
+    bb = _resnet_fpn_extractor(trunk, 3, returned_layers=[2, 3, 4], extra_blocks=LastLevelP6P7(256, 256))
+    torch.save(cls(bb, 91).state_dict(), D + kind + '_coco.pt')
+)");
+  for (const std::string kind : {"fcos", "retinanet"}) {
+    DetectorOptions o;
+    o.num_classes = 3;
+    std::unique_ptr<Detector> m = kind == "fcos" ? make_fcos(18, o) : make_retinanet(18, o);
+    int64_t trunk = 0, total = 0;
+    at::Tensor fpn_before;
+    for (const auto& group : {m->named_parameters(), m->named_buffers()}) {
+      for (const auto& t : group) {
+        ++total;
+        trunk += t.name.rfind("backbone.body.", 0) == 0 ? 1 : 0;
+        if (t.name == "backbone.fpn.layer_blocks.0.0.weight") fpn_before = t.tensor.clone();
+      }
+    }
+    ModelOptions init;
+    init.init = d / "imagenet.pt";
+    const train::InitReport r = train::load_initial_weights(*m, init, 3);
+    EXPECT_EQ(r.loaded, trunk) << kind;
+    EXPECT_EQ(r.kept, total - trunk) << kind;
+    ASSERT_FALSE(r.notes.empty());
+    EXPECT_NE(r.notes.back().find("backbone.body."), std::string::npos) << r.notes.back();
+    const std::string check = test::run_python(
+        "import torch\nsd = torch.load('" + (d / "imagenet.pt") + "')\n"
+        "print(repr(float(sd['layer4.1.bn2.running_var'].sum())), repr(float(sd['layer3.0.conv2.weight'].sum())))\n");
+    std::istringstream in(check);
+    double var_sum = 0, conv_sum = 0;
+    ASSERT_TRUE(in >> var_sum >> conv_sum) << check;
+    for (const auto& t : m->named_buffers()) {
+      if (t.name == "backbone.body.layer4.1.bn2.running_var") EXPECT_NEAR(t.tensor.sum().item<double>(), var_sum, 1e-3);
+    }
+    for (const auto& t : m->named_parameters()) {
+      if (t.name == "backbone.body.layer3.0.conv2.weight") EXPECT_NEAR(t.tensor.sum().item<double>(), conv_sum, 1e-3);
+      if (t.name == "backbone.fpn.layer_blocks.0.0.weight") EXPECT_TRUE(at::equal(t.tensor, fpn_before)) << kind;
+    }
+
+    init.init = d / (kind + "_coco.pt");
+    const train::InitReport coco = train::load_initial_weights(*m, init, 3);
+    EXPECT_EQ(coco.loaded, total - 2) << kind;
+    ASSERT_EQ(coco.reinitialised.size(), 2u) << kind;
+    EXPECT_NE(coco.reinitialised[0].find("cls_logits"), std::string::npos) << coco.reinitialised[0];
+  }
+}
+
 TEST(Fcos, EqualsTorchvisionLossesAndDetections) { expect_equal_to_torchvision("fcos"); }
 TEST(RetinaNet, EqualsTorchvisionLossesAndDetections) { expect_equal_to_torchvision("retinanet"); }
 

@@ -74,6 +74,10 @@ class Model {
   virtual std::string save_program(const std::string& /*run_dir*/, const std::string& /*stem*/) { return ""; }
   virtual InputSpec input_spec() const = 0;
   virtual std::string describe() const = 0;
+  // Where the model holds a classification network's trunk by that network's names (a
+  // detector's "backbone.body." holds torchvision's ResNet without fc), so that model.init can
+  // start it from that network's weights; "" where there is none.
+  virtual std::string trunk_prefix() const { return ""; }
 };
 
 // A Model around a torch::nn::Module: tensors, mode and device are the module's. The zoo's

@@ -24,13 +24,17 @@ struct InitReport {
   std::vector<std::string> reinitialised;  // head tensors kept at their fresh initialisation
   std::vector<std::string> ignored;        // names missing on one side, allowed by init_ignore
   std::vector<std::string> notes;          // what reading adjusted (X4: a stripped "module.")
+  int64_t kept = 0;  // a trunk's weights (Model::trunk_prefix): tensors outside it that keep their init
 };
 
 // Loads options.init into `module` (parameters and buffers) by name. Names: a "module."
 // prefix (DDP, X4) and a single wrapping "state_dict." or "model." level are stripped. A
 // tensor of another shape is an error, except the classifier head: a tensor whose first
 // dimension is `num_classes` in the model and differs in the file, all else equal (Linear
-// weight and bias), keeps its fresh initialisation. Throws bad_input naming the file and the
+// weight and bias), or a detector's cls_logits (anchors × classes), keeps its fresh
+// initialisation. A model with a trunk (Model::trunk_prefix: a detector) takes a
+// classification network's weights (torchvision's ImageNet ResNet) into it, as torchvision's
+// weights_backbone: fc and num_batches_tracked left out, the rest of the model at its init. Throws bad_input naming the file and the
 // names (missing, unexpected, mis-shapen).
 InitReport load_initial_weights(nn::Model& module, const nn::ModelOptions& options, int64_t num_classes);
 

@@ -43,6 +43,8 @@ class Detector : public ModuleModel {
   virtual LossDict losses(const std::vector<at::Tensor>& images, const std::vector<BoxTargets>& targets) = 0;
   // Post-processed detections for each image (call in eval mode, without gradients).
   virtual std::vector<Detections> detect(const std::vector<at::Tensor>& images) = 0;
+  // The ResNet trunk is backbone.body (model.init from torchvision's ImageNet weights).
+  std::string trunk_prefix() const override { return "backbone.body."; }
 };
 
 // The settings of a detector's recipe: torchvision's keyword arguments of the same names.
