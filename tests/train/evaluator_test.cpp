@@ -432,12 +432,17 @@ TEST(DetectionEval, RanksGiveTheOneProcessDetectionsAndNumbersX5) {
                        {"bbox", {d.bbox[0], d.bbox[1], d.bbox[2], d.bbox[3]}}, {"score", d.score}});
   }
   std::ofstream(dir / "results.json") << results.dump();
-  const std::string out = test::run_python(
-      "import contextlib, io\nfrom pycocotools.coco import COCO\nfrom pycocotools.cocoeval import COCOeval\n"
-      "with contextlib.redirect_stdout(io.StringIO()):\n"
-      "    gt = COCO('" + coco + "'); dt = gt.loadRes('" + (dir / "results.json") + "')\n"
-      "    e = COCOeval(gt, dt, 'bbox'); e.evaluate(); e.accumulate(); e.summarize()\n"
-      "print(' '.join(repr(float(s)) for s in e.stats))\n");
+  // The script's first line tells scripts/audit-deps that pycocotools comes from the venv's oracles.
+  const std::string out = test::run_python("GT = '" + coco + "'\nRES = '" + (dir / "results.json") + "'\n" + R"(
+# audit-deps: python .venv-torch2
+import contextlib, io
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+with contextlib.redirect_stdout(io.StringIO()):
+    gt = COCO(GT); dt = gt.loadRes(RES)
+    e = COCOeval(gt, dt, 'bbox'); e.evaluate(); e.accumulate(); e.summarize()
+print(' '.join(repr(float(s)) for s in e.stats))
+)");
   std::istringstream in(out);
   for (size_t i = 0; i < 12; ++i) {
     double want = 0;
