@@ -19,8 +19,57 @@
 #include "crucible/nn/box_ops.h"
 #include "crucible/nn/resnet.h"
 
+namespace crucible::nn {
+
+at::Tensor Detector::forward(const at::Tensor& /*x*/) {
+  throw bad_input("{}: a detector takes a list of images with their boxes (losses, detect), not one tensor",
+                  describe());
+}
+
+}  // namespace crucible::nn
+
 namespace crucible::nn::detection {
 namespace tnn = torch::nn;
+
+// ---- one-stage detectors ----
+
+OneStageDetector::OneStageDetector(std::shared_ptr<torch::nn::Module> module, std::string name,
+                                   const DetectorOptions& options)
+    : Detector(std::move(module)), o_(options), name_(std::move(name)) {}
+
+LossDict OneStageDetector::losses(const std::vector<at::Tensor>& images, const std::vector<BoxTargets>& targets) {
+  if (targets.size() != images.size()) {
+    throw bad_input("{}: {} images with {} targets; one target per image", name_, images.size(), targets.size());
+  }
+  std::vector<BoxTargets> resized = targets;
+  const ImageList batch = transform_images(images, o_, &resized);
+  const HeadOutputs out = run(batch.tensors);
+  return loss_terms(out, pad_targets(resized, out.bbox_regression.options()));
+}
+
+std::vector<Detections> OneStageDetector::detect(const std::vector<at::Tensor>& images) {
+  const ImageList batch = transform_images(images, o_, nullptr);
+  const HeadOutputs out = run(batch.tensors);
+  std::vector<Detections> result;
+  for (size_t i = 0; i < images.size(); ++i) {
+    const auto n = static_cast<int64_t>(i);
+    const auto scores = [&](int64_t start, int64_t count) { return level_scores(out, n, start, count); };
+    const auto decoder = [this](const at::Tensor& codes, const at::Tensor& boxes) { return decode(codes, boxes); };
+    Detections d = select_detections(scores, out.bbox_regression[n], out.anchors, out.per_level, decoder,
+                                     batch.sizes[i], o_);
+    d.boxes = resize_boxes(d.boxes, batch.sizes[i], {images[i].size(1), images[i].size(2)});
+    result.push_back(std::move(d));
+  }
+  return result;
+}
+
+InputSpec OneStageDetector::input_spec() const {
+  return {3, o_.min_size, o_.min_size, data::ColorOrder::kRGB, o_.image_mean, o_.image_std};
+}
+
+std::string OneStageDetector::describe() const {
+  return fmt::format("{} ({} classes, min_size {}, max_size {})", name_, o_.num_classes, o_.min_size, o_.max_size);
+}
 
 // ---- GeneralizedRCNNTransform ----
 
@@ -278,7 +327,7 @@ at::Tensor box_decode(const at::Tensor& rel_codes, const at::Tensor& reference) 
 }
 
 Detections select_detections(const LevelScores& scores, const at::Tensor& regression, const at::Tensor& anchors,
-                             const std::vector<int64_t>& per_level, BoxDecode decode,
+                             const std::vector<int64_t>& per_level, const BoxDecode& decode,
                              std::pair<int64_t, int64_t> size, const DetectorOptions& o) {
   std::vector<at::Tensor> boxes, kept_scores, labels;
   int64_t start = 0;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -98,11 +99,46 @@ at::Tensor box_decode(const at::Tensor& rel_codes, const at::Tensor& boxes);
 // each; per level the scores above score_thresh, the topk_candidates best, their boxes decoded
 // by `decode` and clipped to `size`; then batched NMS at nms_thresh and the detections_per_img
 // best.
-using BoxDecode = at::Tensor (*)(const at::Tensor& rel_codes, const at::Tensor& boxes);
+using BoxDecode = std::function<at::Tensor(const at::Tensor& rel_codes, const at::Tensor& boxes)>;
 using LevelScores = std::function<at::Tensor(int64_t start, int64_t n)>;
 Detections select_detections(const LevelScores& scores, const at::Tensor& regression, const at::Tensor& anchors,
-                             const std::vector<int64_t>& per_level, BoxDecode decode,
+                             const std::vector<int64_t>& per_level, const BoxDecode& decode,
                              std::pair<int64_t, int64_t> size, const DetectorOptions& options);
+
+// What a one-stage head gives over every level of a batch: cls_logits [N, A, C],
+// bbox_regression [N, A, 4], bbox_ctrness [N, A, 1] (FCOS; undefined for RetinaNet), the
+// anchors [A, 4] and their count per level.
+struct HeadOutputs {
+  at::Tensor cls_logits, bbox_regression, bbox_ctrness, anchors;
+  std::vector<int64_t> per_level;
+};
+
+struct PaddedTargets;
+
+// FCOS and RetinaNet around what they share: losses() resizes images and boxes
+// (GeneralizedRCNNTransform), runs the network and pads the targets; detect() runs it and
+// post-processes each image (select_detections), its boxes mapped back to the image's pixels.
+// A detector gives its network's outputs, its loss terms, a level's scores and its box decoder.
+class OneStageDetector : public Detector {
+ public:
+  // `name` ("fcos_resnet50_fpn") names the model in messages and describe().
+  OneStageDetector(std::shared_ptr<torch::nn::Module> module, std::string name, const DetectorOptions& options);
+  LossDict losses(const std::vector<at::Tensor>& images, const std::vector<BoxTargets>& targets) final;
+  std::vector<Detections> detect(const std::vector<at::Tensor>& images) final;
+  InputSpec input_spec() const final;
+  std::string describe() const final;
+
+ protected:
+  virtual HeadOutputs run(const at::Tensor& batch) = 0;
+  virtual LossDict loss_terms(const HeadOutputs& out, const PaddedTargets& targets) const = 0;
+  // The [count, C] scores of image `image`'s anchors from `start` (one level).
+  virtual at::Tensor level_scores(const HeadOutputs& out, int64_t image, int64_t start, int64_t count) const = 0;
+  virtual at::Tensor decode(const at::Tensor& rel_codes, const at::Tensor& boxes) const = 0;
+  const DetectorOptions o_;
+
+ private:
+  std::string name_;
+};
 
 // The targets padded into one tensor each: boxes [B, M, 4], labels [B, M], valid [B, M] bool,
 // M the most boxes of an image (at least 1).

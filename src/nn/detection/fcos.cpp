@@ -23,11 +23,6 @@
 
 namespace crucible::nn {
 
-at::Tensor Detector::forward(const at::Tensor& /*x*/) {
-  throw bad_input("{}: a detector takes a list of images with their boxes (losses, detect), not one tensor",
-                  describe());
-}
-
 namespace detection {
 namespace {
 
@@ -82,65 +77,33 @@ struct FcosImpl : tnn::Module {
   std::shared_ptr<FcosHeadImpl> head;
 };
 
-// The head's outputs over every level: cls_logits [N, A, C], bbox_regression [N, A, 4],
-// bbox_ctrness [N, A, 1]; the anchors [A, 4] and their count per level.
-struct HeadOutputs {
-  at::Tensor cls_logits, bbox_regression, bbox_ctrness, anchors;
-  std::vector<int64_t> per_level;
-};
-
-class Fcos final : public Detector {
+class Fcos final : public OneStageDetector {
  public:
   Fcos(int depth, const DetectorOptions& o, std::shared_ptr<FcosImpl> impl)
-      : Detector(impl), impl_(std::move(impl)), o_(o), depth_(depth) {}
-
-  LossDict losses(const std::vector<at::Tensor>& images, const std::vector<BoxTargets>& targets) override {
-    if (targets.size() != images.size()) {
-      throw bad_input("fcos: {} images with {} targets; one target per image", images.size(), targets.size());
-    }
-    std::vector<BoxTargets> resized = targets;
-    const ImageList batch = transform_images(images, o_, &resized);
-    const HeadOutputs out = run(batch);
-    const PaddedTargets t = pad_targets(resized, out.bbox_regression.options());
-    const at::Tensor matched = assign(out, t);  // [B, A], -1: background
-    return loss(out, t, matched);
-  }
-
-  std::vector<Detections> detect(const std::vector<at::Tensor>& images) override {
-    const ImageList batch = transform_images(images, o_, nullptr);
-    const HeadOutputs out = run(batch);
-    std::vector<Detections> result;
-    for (size_t i = 0; i < images.size(); ++i) {
-      const auto n = static_cast<int64_t>(i);
-      // postprocess_detections: the score of an anchor and class is sqrt(sigmoid(cls) × sigmoid(ctr)).
-      const auto scores = [&](int64_t start, int64_t count) {
-        return at::sqrt(at::sigmoid(out.cls_logits[n].narrow(0, start, count)) *
-                        at::sigmoid(out.bbox_ctrness[n].narrow(0, start, count)));
-      };
-      Detections d = select_detections(scores, out.bbox_regression[n], out.anchors, out.per_level, linear_decode,
-                                       batch.sizes[i], o_);
-      d.boxes = resize_boxes(d.boxes, batch.sizes[i], {images[i].size(1), images[i].size(2)});
-      result.push_back(std::move(d));
-    }
-    return result;
-  }
-
-  InputSpec input_spec() const override {
-    return {3, o_.min_size, o_.min_size, data::ColorOrder::kRGB, o_.image_mean, o_.image_std};
-  }
-  std::string describe() const override {
-    return fmt::format("fcos_resnet{}_fpn ({} classes, min_size {}, max_size {})", depth_, o_.num_classes, o_.min_size,
-                       o_.max_size);
-  }
+      : OneStageDetector(impl, fmt::format("fcos_resnet{}_fpn", depth), o), impl_(std::move(impl)) {}
 
  private:
-  HeadOutputs run(const ImageList& batch) {
-    const std::vector<at::Tensor> features = impl_->backbone->forward(batch.tensors);
+  HeadOutputs run(const at::Tensor& batch) override {
+    const std::vector<at::Tensor> features = impl_->backbone->forward(batch);
     HeadOutputs out;
     out.cls_logits = impl_->head->classification_head->forward(features);
     std::tie(out.bbox_regression, out.bbox_ctrness) = impl_->head->regression_head->forward(features);
-    out.anchors = grid_anchors(batch.tensors, features, {{8}, {16}, {32}, {64}, {128}}, {1.0}, &out.per_level);
+    out.anchors = grid_anchors(batch, features, {{8}, {16}, {32}, {64}, {128}}, {1.0}, &out.per_level);
     return out;
+  }
+
+  LossDict loss_terms(const HeadOutputs& out, const PaddedTargets& t) const override {
+    return loss(out, t, assign(out, t));  // assign: [B, A], -1 background
+  }
+
+  // postprocess_detections: the score of an anchor and class is sqrt(sigmoid(cls) × sigmoid(ctr)).
+  at::Tensor level_scores(const HeadOutputs& out, int64_t image, int64_t start, int64_t count) const override {
+    return at::sqrt(at::sigmoid(out.cls_logits[image].narrow(0, start, count)) *
+                    at::sigmoid(out.bbox_ctrness[image].narrow(0, start, count)));
+  }
+
+  at::Tensor decode(const at::Tensor& rel_codes, const at::Tensor& boxes) const override {
+    return linear_decode(rel_codes, boxes);
   }
 
   // FCOS.compute_loss's assignment for every image at once: an anchor point matches a box when
@@ -202,8 +165,6 @@ class Fcos final : public Detector {
   }
 
   std::shared_ptr<FcosImpl> impl_;
-  DetectorOptions o_;
-  int depth_;
 };
 
 }  // namespace

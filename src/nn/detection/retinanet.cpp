@@ -89,60 +89,31 @@ std::vector<std::vector<double>> anchor_sizes() {
   return sizes;
 }
 
-class RetinaNet final : public Detector {
+class RetinaNet final : public OneStageDetector {
  public:
   RetinaNet(int depth, const DetectorOptions& o, std::shared_ptr<RetinaNetImpl> impl)
-      : Detector(impl), impl_(std::move(impl)), o_(o), depth_(depth) {}
+      : OneStageDetector(impl, fmt::format("retinanet_resnet{}_fpn", depth), o), impl_(std::move(impl)) {}
 
-  LossDict losses(const std::vector<at::Tensor>& images, const std::vector<BoxTargets>& targets) override {
-    if (targets.size() != images.size()) {
-      throw bad_input("retinanet: {} images with {} targets; one target per image", images.size(), targets.size());
-    }
-    std::vector<BoxTargets> resized = targets;
-    const ImageList batch = transform_images(images, o_, &resized);
-    const Outputs out = run(batch);
-    const PaddedTargets t = pad_targets(resized, out.bbox_regression.options());
+ private:
+  HeadOutputs run(const at::Tensor& batch) override {
+    const std::vector<at::Tensor> features = impl_->backbone->forward(batch);
+    HeadOutputs out;
+    out.cls_logits = impl_->head->classification_head->forward(features);
+    out.bbox_regression = impl_->head->regression_head->forward(features);
+    out.anchors = grid_anchors(batch, features, anchor_sizes(), {0.5, 1.0, 2.0}, &out.per_level);
+    return out;
+  }
+
+  LossDict loss_terms(const HeadOutputs& out, const PaddedTargets& t) const override {
     return loss(out, t, match(out.anchors, t));
   }
 
-  std::vector<Detections> detect(const std::vector<at::Tensor>& images) override {
-    const ImageList batch = transform_images(images, o_, nullptr);
-    const Outputs out = run(batch);
-    std::vector<Detections> result;
-    for (size_t i = 0; i < images.size(); ++i) {
-      const auto n = static_cast<int64_t>(i);
-      const auto scores = [&](int64_t start, int64_t count) {
-        return at::sigmoid(out.cls_logits[n].narrow(0, start, count));
-      };
-      Detections d = select_detections(scores, out.bbox_regression[n], out.anchors, out.per_level, box_decode,
-                                       batch.sizes[i], o_);
-      d.boxes = resize_boxes(d.boxes, batch.sizes[i], {images[i].size(1), images[i].size(2)});
-      result.push_back(std::move(d));
-    }
-    return result;
+  at::Tensor level_scores(const HeadOutputs& out, int64_t image, int64_t start, int64_t count) const override {
+    return at::sigmoid(out.cls_logits[image].narrow(0, start, count));
   }
 
-  InputSpec input_spec() const override {
-    return {3, o_.min_size, o_.min_size, data::ColorOrder::kRGB, o_.image_mean, o_.image_std};
-  }
-  std::string describe() const override {
-    return fmt::format("retinanet_resnet{}_fpn ({} classes, min_size {}, max_size {})", depth_, o_.num_classes,
-                       o_.min_size, o_.max_size);
-  }
-
- private:
-  struct Outputs {
-    at::Tensor cls_logits, bbox_regression, anchors;
-    std::vector<int64_t> per_level;
-  };
-
-  Outputs run(const ImageList& batch) {
-    const std::vector<at::Tensor> features = impl_->backbone->forward(batch.tensors);
-    Outputs out;
-    out.cls_logits = impl_->head->classification_head->forward(features);
-    out.bbox_regression = impl_->head->regression_head->forward(features);
-    out.anchors = grid_anchors(batch.tensors, features, anchor_sizes(), {0.5, 1.0, 2.0}, &out.per_level);
-    return out;
+  at::Tensor decode(const at::Tensor& rel_codes, const at::Tensor& boxes) const override {
+    return box_decode(rel_codes, boxes);
   }
 
   // Matcher(0.5, 0.4, allow_low_quality_matches=True) over box_iou(boxes, anchors), per image:
@@ -165,7 +136,7 @@ class RetinaNet final : public Detector {
   // RetinaNetHead.compute_loss: per image, the focal loss over the anchors not between the
   // thresholds and the L1 loss of the foreground's deltas, each over max(1, foreground), then
   // the images' mean.
-  LossDict loss(const Outputs& out, const PaddedTargets& t, const at::Tensor& matched) const {
+  LossDict loss(const HeadOutputs& out, const PaddedTargets& t, const at::Tensor& matched) const {
     const at::Tensor fg = matched >= 0;
     const at::Tensor counted = matched != -2;
     const at::Tensor index = matched.clamp_min(0);
@@ -188,8 +159,6 @@ class RetinaNet final : public Detector {
   }
 
   std::shared_ptr<RetinaNetImpl> impl_;
-  DetectorOptions o_;
-  int depth_;
 };
 
 }  // namespace
