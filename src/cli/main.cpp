@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crucible/data/eval/coco_eval.h"
 #include "crucible/commands/doctor.h"
 #include "crucible/commands/evaluate.h"
 #include "crucible/commands/model_bench.h"
@@ -111,21 +112,34 @@ int run_train(const JobArgs& args, bool resume, bool restart) {
       job, train::TrainFlags{resume, restart,
                              train::resolve_job_toml(kDefaultConfigToml, "configs/fashion_mnist.toml (built in)")});
   train::TrainSummary s = trainer.run();
-  log_info("{}: test accuracy {:.2f}%  train {}  wall {}  {:.0f} samples/s  params sha256 {}…  → {}/summary.json",
-           s.already_complete ? "complete" : "done", 100 * s.test_acc, obs::Progress::format_duration(s.train_seconds),
+  const std::string figure = s.test_coco.empty() ? fmt::format("test accuracy {:.2f}%", 100 * s.test_acc)
+                                                 : fmt::format("test AP {:.4f} (AP50 {:.4f})", s.test_coco[0], s.test_coco[1]);
+  log_info("{}: {}  train {}  wall {}  {:.0f} samples/s  params sha256 {}…  → {}/summary.json",
+           s.already_complete ? "complete" : "done", figure, obs::Progress::format_duration(s.train_seconds),
            obs::Progress::format_duration(s.wall_seconds), s.samples_per_s, s.params_sha256.substr(0, 12), s.run_dir);
   return 0;
 }
 
 int run_eval(const JobArgs& args, const std::string& checkpoint, const std::string& weights) {
   const commands::EvalSummary s = commands::evaluate_checkpoint(load_job(args), checkpoint, weights);
-  log_info("eval: test accuracy {:.2f}% (top-5 {:.2f}%), loss {:.6f}, {} of step {} from {}", 100 * s.test_acc,
-           100 * s.test_top5, s.test_loss, train::weight_set_registry().get(s.weights, "--weights").factory.what, s.step, s.checkpoint);
+  const std::string& what = train::weight_set_registry().get(s.weights, "--weights").factory.what;
+  if (s.test_coco.empty()) {
+    log_info("eval: test accuracy {:.2f}% (top-5 {:.2f}%), loss {:.6f}, {} of step {} from {}", 100 * s.test_acc,
+             100 * s.test_top5, s.test_loss, what, s.step, s.checkpoint);
+  } else {  // a detector: COCOeval.summarize()'s 12 lines
+    log_info("eval: {} of step {} from {}, COCO bbox:\n{}", what, s.step, s.checkpoint, s.coco_summary);
+  }
   if (args.json && log_rank() == 0) {
-    const nlohmann::json j = {{"test_acc", s.test_acc}, {"test_top5", s.test_top5}, {"test_loss", s.test_loss},
-                              {"step", s.step},
-                              {"checkpoint", s.checkpoint}, {"params_sha256", s.params_sha256},
-                              {"weights", s.weights}};
+    nlohmann::json j = {{"step", s.step},
+                        {"checkpoint", s.checkpoint},
+                        {"params_sha256", s.params_sha256},
+                        {"weights", s.weights}};
+    if (s.test_coco.empty()) {
+      j["test_acc"] = s.test_acc;
+      j["test_top5"] = s.test_top5;
+      j["test_loss"] = s.test_loss;
+    }
+    for (size_t k = 0; k < s.test_coco.size(); ++k) j[std::string("test_") + data::coco_stat_names()[k]] = s.test_coco[k];
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;
@@ -149,6 +163,11 @@ int run_doctor(const JobArgs& args, int nproc) {
 
 int run_predict(const JobArgs& args, const commands::PredictOptions& options) {
   const commands::PredictSummary s = commands::predict(load_job(args), options);
+  if (!s.coco.empty()) {
+    log_info("predict: {} detections on {} images, COCO AP {:.4f} (AP50 {:.4f}) ({}) → {}", s.detections, s.samples,
+             s.coco[0], s.coco[1], s.model, s.out);
+    return 0;
+  }
   log_info("predict: {} samples, top-1 {:.2f}%, top-{} {:.2f}% ({}) → {}", s.samples, 100 * s.top1_acc, s.k,
            100 * s.topk_acc, s.model, s.out);
   return 0;
@@ -218,7 +237,9 @@ Subcommand add_predict(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
-      "predict", "write each test sample's top-K classes and probabilities to a .jsonl or .csv file");
+      "predict",
+      "write each test sample's top-K classes and probabilities to a .jsonl or .csv file (a detector: its "
+      "detections as COCO results .json)");
   add_job_options(cmd, *a);
   cmd->add_option("--checkpoint", a->options.checkpoint,
                   "checkpoint file (default: the newest that verifies in <run.dir>/<run.name>/checkpoints; "
@@ -231,6 +252,8 @@ Subcommand add_predict(CLI::App& app) {
       "\nOne record per test sample (data.test_*), in sample order; probabilities are softmax of the logits.\n"
       "  FILE.jsonl: {\"index\":i,\"label\":y,\"top\":[class ids, best first],\"prob\":[their probabilities]}\n"
       "  FILE.csv:   header index,label,top1,...,topK,prob1,...,probK; one row per sample\n"
+      "A detector writes COCO results, which pycocotools' loadRes reads (its numbers are `crucible eval`'s):\n"
+      "  FILE.json:  [{\"image_id\":i,\"category_id\":c,\"bbox\":[x,y,w,h],\"score\":s}, ...]\n"
       "Under crucible launch the test set is sharded and rank 0 writes the same file one process would.\n"
       "Exit codes: 0 ok, 1 runtime failure, 2 bad usage (K < 1, another extension, no checkpoint, --weights ema\n"
       "of a run without train.ema).");

@@ -1,8 +1,10 @@
 // `crucible eval` (see evaluate.h).
 #include "crucible/commands/evaluate.h"
 
+#include <algorithm>
 #include <chrono>
 
+#include "crucible/data/eval/coco_eval.h"
 #include "crucible/train/evaluator.h"
 #include "crucible/train/session.h"
 
@@ -24,6 +26,12 @@ EvalSummary evaluate_checkpoint(const train::JobConfig& config, const std::strin
   s.test_acc = r.acc;
   s.test_top5 = r.top5;
   s.test_loss = r.loss;
+  s.test_coco = r.coco;
+  if (r.detection()) {
+    data::CocoEvalResult c;
+    std::copy(r.coco.begin(), r.coco.end(), c.stats.begin());
+    s.coco_summary = c.summary();
+  }
   s.step = session->checkpoint_step();
   s.params_sha256 = train::params_sha256(*job.model);
   s.weights = session->weights();

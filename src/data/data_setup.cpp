@@ -1,6 +1,7 @@
 // make_data / make_pipeline_for_path: config → pipelines.
 #include "crucible/data/data_setup.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 
@@ -8,6 +9,7 @@
 
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
+#include "crucible/data/eval/coco_eval.h"
 #include "crucible/data/formats/array_source.h"
 #include "crucible/data/formats/sample_source.h"
 #include "crucible/data/formats/source.h"
@@ -226,6 +228,45 @@ std::shared_ptr<const data::SampleSource> open_detection_split(const DataConfig&
                       train ? "data.train_samples" : "data.test_samples", path);
 }
 
+// The test split's ground truth (DataSetup::test_truth).
+std::shared_ptr<const CocoGroundTruth> detection_truth(const DataConfig& c, const data::SampleSource& test) {
+  const std::string& path = c.test_path;
+  std::error_code ec;
+  const bool json = path.size() > 5 && (path.compare(path.size() - 5, 5, ".json") == 0 ||
+                                         path.compare(path.size() - 5, 5, ".JSON") == 0);
+  if (!data::is_remote_path(path) && json && std::filesystem::is_regular_file(path, ec)) {
+    return std::make_shared<const CocoGroundTruth>(read_coco_ground_truth(path));
+  }
+  auto truth = std::make_shared<CocoGroundTruth>();
+  const std::vector<int64_t> ids = test.category_ids();
+  const auto category = [&](int64_t label) { return ids.empty() ? label : ids[static_cast<size_t>(label)]; };
+  for (size_t k = 0; k < test.classes().size(); ++k) truth->category_ids.push_back(category(static_cast<int64_t>(k)));
+  std::sort(truth->category_ids.begin(), truth->category_ids.end());
+  int64_t next_id = 1;
+  for (int64_t i = 0; i < test.size(); ++i) {
+    const EncodedSample s = test.get(i);
+    const int64_t image = s.image_id >= 0 ? s.image_id : i;
+    truth->image_ids.push_back(image);
+    if (!s.boxes) continue;
+    for (size_t k = 0; k < s.boxes->size(); ++k) {
+      CocoGroundTruth::Box b;
+      b.id = next_id++;
+      b.image_id = image;
+      b.category_id = category(s.boxes->labels[k]);
+      const float* xyxy = s.boxes->xyxy.data() + 4 * k;
+      b.bbox[0] = xyxy[0];
+      b.bbox[1] = xyxy[1];
+      b.bbox[2] = static_cast<double>(xyxy[2]) - xyxy[0];
+      b.bbox[3] = static_cast<double>(xyxy[3]) - xyxy[1];
+      b.area = b.bbox[2] * b.bbox[3];
+      b.iscrowd = !s.boxes->iscrowd.empty() && s.boxes->iscrowd[k] != 0;
+      truth->boxes.push_back(b);
+    }
+  }
+  std::sort(truth->image_ids.begin(), truth->image_ids.end());
+  return truth;
+}
+
 DataSetup make_detection_data(const DataConfig& c, uint64_t augment_seed) {
   std::shared_ptr<const data::SampleSource> train = open_detection_split(c, true);
   std::shared_ptr<const data::SampleSource> test = open_detection_split(c, false);
@@ -237,6 +278,7 @@ DataSetup make_detection_data(const DataConfig& c, uint64_t augment_seed) {
   d.num_classes = static_cast<int64_t>(train->classes().size());
   d.train = detection_pipeline(train, c, augment_seed, true);
   d.test = detection_pipeline(test, c, 0, false);
+  d.test_truth = detection_truth(c, *test);
   return d;
 }
 
@@ -246,6 +288,7 @@ DataSetup make_detection_test(const DataConfig& c) {
   d.num_classes = static_cast<int64_t>(test->classes().size());
   d.test = detection_pipeline(test, c, 0, false);
   d.train = d.test;
+  d.test_truth = detection_truth(c, *test);
   return d;
 }
 

@@ -137,7 +137,11 @@ std::unique_ptr<Model> make_detector(const std::string& kind, int depth, const M
   o.num_classes = b.num_classes;
   o.min_size = s.min_size;
   o.max_size = s.max_size;
-  o.trainable_backbone_layers = s.trainable_backbone_layers;
+  // torchvision's rule (_validate_trainable_layers, norm_layer): FrozenBatchNorm2d and the
+  // configured stages over loaded weights; BatchNorm2d and every stage from scratch.
+  const bool weights = !b.options.init.empty();
+  o.frozen_norm = s.backbone_norm == "frozen" || (s.backbone_norm == "auto" && weights);
+  o.trainable_backbone_layers = s.backbone_norm == "auto" && !weights ? 5 : s.trainable_backbone_layers;
   const bool fcos = kind == "fcos";
   o.score_thresh = s.score_thresh >= 0 ? s.score_thresh : (fcos ? 0.2 : 0.05);
   o.nms_thresh = s.nms_thresh >= 0 ? s.nms_thresh : (fcos ? 0.6 : 0.5);

@@ -39,6 +39,11 @@ void declare_detector(ModelOptions& o, ConfigSchema& s) {
         "the trunk's BatchNorm is FrozenBatchNorm2d (M2)")
       .min(0)
       .max(5);
+  s.add("model", "backbone_norm", &d.backbone_norm,
+        "detectors: the trunk's norm layers, \"frozen\" (FrozenBatchNorm2d) or \"batch\" (BatchNorm2d); \"auto\" is "
+        "torchvision's rule: frozen with trainable_backbone_layers when model.init loads weights, else BatchNorm2d with "
+        "all 5 stages trained")
+      .choices({"auto", "frozen", "batch"});
   s.add("model", "score_thresh", &d.score_thresh,
         "detectors: detections scoring at most this are dropped (-1: the model's own, FCOS 0.2, RetinaNet 0.05)")
       .min(-1)

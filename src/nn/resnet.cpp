@@ -244,14 +244,14 @@ std::unique_ptr<Model> make_resnet(int depth, int64_t in_channels, int64_t num_c
   return std::make_unique<ResNet>(depth, std::move(impl), in_channels);
 }
 
-std::shared_ptr<torch::nn::Module> make_resnet_trunk(int depth) {
+std::shared_ptr<torch::nn::Module> make_resnet_trunk(int depth, bool frozen) {
   switch (depth) {
     case 18:
-      return std::make_shared<ResNetImpl>(BasicBlock(nullptr), std::array<int, 4>{2, 2, 2, 2}, 3, 0, true);
+      return std::make_shared<ResNetImpl>(BasicBlock(nullptr), std::array<int, 4>{2, 2, 2, 2}, 3, 0, frozen);
     case 34:
-      return std::make_shared<ResNetImpl>(BasicBlock(nullptr), std::array<int, 4>{3, 4, 6, 3}, 3, 0, true);
+      return std::make_shared<ResNetImpl>(BasicBlock(nullptr), std::array<int, 4>{3, 4, 6, 3}, 3, 0, frozen);
     case 50:
-      return std::make_shared<ResNetImpl>(Bottleneck(nullptr), std::array<int, 4>{3, 4, 6, 3}, 3, 0, true);
+      return std::make_shared<ResNetImpl>(Bottleneck(nullptr), std::array<int, 4>{3, 4, 6, 3}, 3, 0, frozen);
     default:
       throw bad_input("resnet: unknown depth {} (known: 18, 34, 50)", depth);
   }

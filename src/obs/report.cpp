@@ -368,6 +368,7 @@ struct ChartSpec {
   const char* title;
   const char* y_title;
   std::vector<std::pair<const char*, const char*>> series;  // (type, key)
+  bool only_with_data = false;  // drawn only when some series has points (a detector's charts)
 };
 
 const std::vector<ChartSpec>& chart_specs() {
@@ -377,6 +378,12 @@ const std::vector<ChartSpec>& chart_specs() {
       {"Accuracy", "accuracy", {{"train", "acc"}, {"eval", "test_acc"}, {"eval", "test_acc_ema"}}},
       {"Learning rate", "lr", {{"train", "lr"}}},
       {"Throughput", "samples/s", {{"train", "samples_per_s"}}},
+      // A detector's: its loss terms (torchvision's names) and COCO's AP after each evaluation.
+      {"Detection loss terms",
+       "loss",
+       {{"train", "loss_classification"}, {"train", "loss_bbox_regression"}, {"train", "loss_bbox_ctrness"}},
+       true},
+      {"COCO AP", "AP", {{"eval", "test_AP"}, {"eval", "test_AP50"}, {"eval", "test_AP75"}}, true},
   };
   return specs;
 }
@@ -385,6 +392,7 @@ std::string series_label(const std::string& type, const std::string& key) {
   if (type == "eval") {
     if (key == "test_loss_ema") return "test loss (EMA)";
     if (key == "test_acc_ema") return "test acc (EMA)";
+    if (key.rfind("test_AP", 0) == 0) return key.substr(5);  // "AP", "AP50", "AP75"
     return key == "test_loss" ? "test loss" : key == "test_acc" ? "test acc" : key;
   }
   if (key == "samples_per_s") return "samples/s";
@@ -634,8 +642,14 @@ std::string header_html(const RunView& r) {
     out += fmt::format("<div class=\"sub\">crucible {} · torch {} · {}</div>", esc(num_or_dash(s, "crucible_version")),
                        esc(num_or_dash(s, "torch_version")), esc(r.data->dir));
     out += "<div class=\"stats\">";
-    out += stat("test accuracy", pct_or_dash(s, "test_acc"));
-    out += stat("test loss", num_or_dash(s, "test_loss"));
+    if (field(s, "test_AP") != nullptr) {  // a detector: COCO's numbers
+      out += stat("test AP", num_or_dash(s, "test_AP"));
+      out += stat("AP50 / AP75", num_or_dash(s, "test_AP50") + " / " + num_or_dash(s, "test_AP75"));
+      out += stat("AR@100", num_or_dash(s, "test_AR100"));
+    } else {
+      out += stat("test accuracy", pct_or_dash(s, "test_acc"));
+      out += stat("test loss", num_or_dash(s, "test_loss"));
+    }
     if (field(s, "test_acc_ema") != nullptr) out += stat("test accuracy (EMA weights)", pct_or_dash(s, "test_acc_ema"));
     out += stat("steps", num_or_dash(s, "steps"));
     out += stat("samples/s", num_or_dash(s, "samples_per_s"));
@@ -830,6 +844,8 @@ std::string curves_html(const std::vector<RunView>& runs) {
         series.push_back(std::move(s));
       }
     }
+    const bool any = std::any_of(series.begin(), series.end(), [](const Series& s) { return !s.points.empty(); });
+    if (spec.only_with_data && !any) continue;
     out += chart(spec.title, spec.y_title, series, compare);
   }
   return out + "</div></section>";

@@ -72,11 +72,6 @@ void assemble_data(Job& job, const StoredChoices& stored) {
   const JobConfig& c = job.config;
   const uint64_t seed = static_cast<uint64_t>(c.run.seed);
   const auto t0 = Clock::now();
-  if (c.data.dataset == DataSection::Dataset::kDetection) {
-    throw bad_input("data.dataset = \"detection\": `crucible train` does not run a detection job yet (its detectors, "
-                    "model.name = \"fcos_resnet50_fpn\" and others, exist; the loop trains classifiers); the data runs "
-                    "in `crucible bench loader` and in the Python loaders, whose batches torchvision's detectors take");
-  }
   // X8: rank 0 opens the data first, so what opening writes beside it (a tar shard's .idx) is
   // written once, by one process; the others open after it and read what it wrote (on a node
   // that does not share rank 0's file system they build their own, each written atomically).
@@ -95,6 +90,8 @@ void assemble_data(Job& job, const StoredChoices& stored) {
   }
   const data::ImageSpec spec = ds.train->output_spec();
   job.num_classes = ds.num_classes;
+  job.detection = ds.test->detection();
+  job.test_truth = ds.test_truth;
   if (stored.num_classes) {
     if (ds.num_classes > *stored.num_classes) {
       throw bad_input("{}: the model was trained on {} classes but the data holds {} (labels up to {}); is this the "
@@ -167,9 +164,14 @@ void assemble_model(Job& job, const StoredChoices& stored) {
     }
     if (r.kept > 0) log_info("model.init: {} tensors outside the trunk keep their initialisation", r.kept);
   }
-  if (dynamic_cast<nn::Detector*>(job.model.get()) != nullptr) {
+  const bool detector = dynamic_cast<nn::Detector*>(job.model.get()) != nullptr;
+  if (detector && !job.detection) {
     throw bad_input("model.name = \"{}\" is a detector: it trains on images with boxes (data.dataset = "
                     "\"detection\"), not on class labels", c.model.name);
+  }
+  if (!detector && job.detection) {
+    throw bad_input("data.dataset = \"detection\" needs a detector, and model.name = \"{}\" classifies; set model.name "
+                    "to one of fcos_resnet{{18,34,50}}_fpn or retinanet_resnet{{18,34,50}}_fpn", c.model.name);
   }
   job.model->to(job.device);
   job.model->train(true);
@@ -180,7 +182,11 @@ void assemble_model(Job& job, const StoredChoices& stored) {
     for (const auto& w : nn::lint_bias_before_norm(*job.model->nn_module())) log_warn("model lint (M7): {}", w);
   }
   job.loss = make_loss({c.loss, job.num_classes, job.device, job.train_loader->pipeline().target_width() > 0});
-  log_info("loss: {}", job.loss->describe());
+  if (detector) {
+    log_info("loss: the detector's own loss dict (its terms summed; the [loss] keys do not apply)");
+  } else {
+    log_info("loss: {}", job.loss->describe());
+  }
 }
 
 // precision = "auto" on a GPU: times one whole training step (TrialStep: the step that trains)
@@ -248,7 +254,14 @@ void choose_precision(Job& job, const StoredChoices& stored) {
     return;
   }
   choice.source = "auto";
-  if (!job.device.is_cuda()) {
+  if (job.detection && job.device.is_cuda()) {
+    // A detection batch's shapes change from batch to batch, and TrialStep times a classifier's
+    // step: by rule, as torchvision's reference trains detectors (--amp), bf16 where it runs.
+    const bool bf16 = compat::autocast_supported(job.device.type(), c10::ScalarType::BFloat16);
+    choice.value = bf16 ? Precision{ComputeDtype::kBf16, false} : Precision{ComputeDtype::kFp32, false};
+    log_info("precision auto: a detector on a GPU → {} (by rule, not timed: detection batches change shape)",
+             choice.value.to_string());
+  } else if (!job.device.is_cuda()) {
     // A CPU: by rule (cpu_auto_precision), the same on every rank of the machine and every run.
     choice.value = cpu_auto_precision(job.cpu_bf16, c.train.channels_last);
     log_info("precision auto: {} → {}",
@@ -421,7 +434,14 @@ void assemble_step(Job& job, const std::string& checkpoint_dir) {
   }
   job.evaluator = std::make_unique<Evaluator>(*job.model, *job.test_loader, *job.input, *job.loss, job.precision.value,
                                               job.device, job.comm.get());
+  if (job.detection) job.evaluator->set_ground_truth(job.test_truth);
   job.batch_transforms = make_batch_transforms(job);
+  if (job.detection && !job.batch_transforms.empty()) {
+    // Each moves or mixes pixels without the boxes: a detection set's augmentations are its preset's.
+    throw bad_input("data.dataset = \"detection\": the batch transform {} would change the images without their boxes; "
+                    "detection augmentations are data.detection_preset's",
+                    job.batch_transforms.front()->describe());
+  }
   job.observers = make_step_observers(job);
   std::vector<std::string> parts;
   for (const auto& t : job.batch_transforms) parts.push_back("batch transform " + t->describe());

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -86,9 +87,13 @@ DetectionEval evaluate_detections(nn::Detector& detector, data::Loader& loader, 
   const SampleRows all = gather_sample_rows(local, comm);
   // Each sample's first evaluation (in rank order): the sampler's padding evaluates some twice.
   std::map<int64_t, int> first_rank;
+  std::set<int64_t> evaluated;  // image ids
   for (size_t i = 0; i < all.size(); ++i) {
     const double* r = all[i];
-    if (r[kCategory] < 0) first_rank.emplace(static_cast<int64_t>(r[kSample]), static_cast<int>(r[kRank]));
+    if (r[kCategory] < 0) {
+      first_rank.emplace(static_cast<int64_t>(r[kSample]), static_cast<int>(r[kRank]));
+      evaluated.insert(static_cast<int64_t>(r[kImage]));
+    }
   }
   std::vector<std::tuple<int64_t, int64_t, const double*>> kept;  // (sample, place, row)
   for (size_t i = 0; i < all.size(); ++i) {
@@ -112,7 +117,21 @@ DetectionEval evaluate_detections(nn::Detector& detector, data::Loader& loader, 
     d.score = r[kScore];
     out.results.push_back(d);
   }
-  out.coco = data::coco_evaluate(truth, out.results);
+  // COCOeval over the images evaluated (its imgIds): all of the file's, unless data.test_samples
+  // kept some of them or the bad-sample policy skipped one.
+  if (evaluated.size() == truth.image_ids.size()) {
+    out.coco = data::coco_evaluate(truth, out.results);
+    return out;
+  }
+  data::CocoGroundTruth some;
+  some.category_ids = truth.category_ids;
+  for (const int64_t id : truth.image_ids) {
+    if (evaluated.count(id) != 0) some.image_ids.push_back(id);
+  }
+  for (const auto& b : truth.boxes) {
+    if (evaluated.count(b.image_id) != 0) some.boxes.push_back(b);
+  }
+  out.coco = data::coco_evaluate(some, out.results);
   return out;
 }
 

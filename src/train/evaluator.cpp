@@ -11,10 +11,14 @@
 
 #include "crucible/core/compat.h"
 #include "crucible/core/log.h"
+#include "crucible/core/error.h"
+#include "crucible/data/eval/coco_eval.h"
 #include "crucible/data/loader/device_input.h"
 #include "crucible/data/loader/loader.h"
+#include "crucible/nn/detection/detector.h"
 #include "crucible/nn/mode_guard.h"
 #include "crucible/nn/model.h"
+#include "crucible/train/detection_eval.h"
 #include "crucible/train/gather.h"
 #include "crucible/train/loss.h"
 #include "crucible/train/step.h"
@@ -32,12 +36,25 @@ Evaluator::Evaluator(nn::Model& model, data::Loader& loader, const data::DeviceI
       comm_(comm) {}
 
 void log_eval(int64_t step, const EvalResult& r, int ranks, double seconds) {
+  if (r.detection()) {
+    log_info("eval after step {}: AP {:.4f} (AP50 {:.4f}, AP75 {:.4f}; AR@100 {:.4f}) ({} images{}, {:.1f} s)", step,
+             r.coco[0], r.coco[1], r.coco[2], r.coco[8], r.samples,
+             ranks > 0 ? fmt::format(" over {} ranks", ranks) : std::string(), seconds);
+    return;
+  }
   log_info("eval after step {}: test accuracy {:.2f}% (top-5 {:.2f}%), loss {:.4f} ({} samples{}, {:.1f} s)", step,
            100 * r.acc, 100 * r.top5, r.loss, r.samples, ranks > 0 ? fmt::format(" over {} ranks", ranks) : std::string(),
            seconds);
 }
 
 EvalResult Evaluator::run() { return run(model_); }
+
+void Evaluator::set_ground_truth(std::shared_ptr<const data::CocoGroundTruth> truth) { truth_ = std::move(truth); }
+
+const std::vector<data::CocoDetection>& Evaluator::last_detections() const {
+  static const std::vector<data::CocoDetection> none;
+  return detections_ ? *detections_ : none;
+}
 
 void Evaluator::forward_each(nn::Model& model, const BatchFn& fn) {
   nn::EvalGuard guard(model);  // M1: eval mode + no grad, restored after
@@ -51,6 +68,19 @@ void Evaluator::forward_each(nn::Model& model, const BatchFn& fn) {
 }
 
 EvalResult Evaluator::run(nn::Model& model) {
+  if (truth_) {
+    auto* detector = dynamic_cast<nn::Detector*>(&model);
+    if (detector == nullptr) throw bad_input("detection evaluation: the model is not a detector");
+    // Under the precision's autocast, as training's forward ran (M1: eval mode inside).
+    compat::AutocastGuard amp(device_.type(), autocast_dtype(precision_), precision_.mixed());
+    DetectionEval d = evaluate_detections(*detector, loader_, *truth_, device_, comm_);
+    EvalResult result;
+    result.loss = result.acc = result.top5 = -1;
+    result.samples = d.images;
+    result.coco.assign(d.coco.stats.begin(), d.coco.stats.end());
+    detections_ = std::make_shared<std::vector<data::CocoDetection>>(std::move(d.results));
+    return result;
+  }
   std::vector<at::Tensor> ids, losses, hits, hits5;
   forward_each(model, [&](const data::Batch& batch, const at::Tensor& y, const at::Tensor& logits) {
     losses.push_back(loss_.per_sample(logits, y).to(at::kDouble));

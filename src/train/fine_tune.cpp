@@ -179,6 +179,9 @@ std::vector<NamedTensor> trainable_parameters(nn::Model& module, const std::vect
   std::vector<NamedTensor> params;
   std::vector<bool> pattern_used(freeze.size(), false);
   for (const auto& p : module.named_parameters()) {
+    // Fixed by the model itself (a detector's frozen trunk stages: trainable_backbone_layers), as
+    // torchvision's reference keeps only `p.requires_grad` parameters.
+    if (!p.tensor.requires_grad()) continue;
     bool fixed = false;
     for (size_t i = 0; i < freeze.size(); ++i) {
       if (::fnmatch(freeze[i].c_str(), p.name.c_str(), 0) == 0) {

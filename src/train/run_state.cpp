@@ -1,6 +1,8 @@
 // CheckpointIO: one checkpoint schema, written and read by the same list (see run_state.h).
 #include "crucible/train/run_state.h"
 
+#include <sstream>
+
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -123,6 +125,16 @@ void CheckpointIO::state(RunState& st) {
   // Written since top-5 was added; a checkpoint from before it leaves the field as it is.
   if (!reading() || in_->meta.count("last_test_top5") != 0) value("last_test_top5", st.last_test_top5);
   value("last_eval_step", st.last_eval_step);
+  // A detector's COCO numbers, space-separated (absent from a classifier's checkpoint).
+  if (!reading() && !st.last_test_coco.empty()) {
+    std::string text;
+    for (const double x : st.last_test_coco) text += fmt::format("{}{:.17g}", text.empty() ? "" : " ", x);
+    out_->meta["last_test_coco"] = text;
+  } else if (reading() && in_->meta.count("last_test_coco") != 0) {
+    st.last_test_coco.clear();
+    std::istringstream in(in_->meta.at("last_test_coco"));
+    for (double x = 0; in >> x;) st.last_test_coco.push_back(x);
+  }
 }
 
 }  // namespace crucible::train

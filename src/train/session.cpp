@@ -190,8 +190,9 @@ bool Session::already_complete() const { return st_.step >= stop_step() && st_.l
 TrainSummary Session::finish(bool trained) {
   Job& job = *job_;
   if (!trained) {
-    log_info("run {} is already complete at step {} (test accuracy {:.2f}%); pass --restart to train it again",
-             dir_->path(), st_.step, 100 * st_.last_test_acc);
+    log_info("run {} is already complete at step {} ({}); pass --restart to train it again", dir_->path(), st_.step,
+             st_.last_test_coco.empty() ? fmt::format("test accuracy {:.2f}%", 100 * st_.last_test_acc)
+                                        : fmt::format("test AP {:.4f}", st_.last_test_coco[0]));
     return summarize(/*already_complete=*/true);
   }
   if (job.main_rank()) {

@@ -17,7 +17,9 @@
 #include "crucible/core/log.h"
 #include "crucible/distributed/comm.h"
 #include "crucible/distributed/grad_sync.h"
+#include "crucible/nn/detection/detector.h"
 #include "crucible/nn/model.h"
+#include "crucible/train/batch_transform.h"
 #include "crucible/train/grad_scaler.h"
 #include "crucible/train/loss.h"
 #include "crucible/obs/phase_clock.h"
@@ -80,6 +82,53 @@ MicroBatchRecord accumulate_gradients(nn::Model& model, const at::Tensor& x, con
   return record;
 }
 
+MicroBatchRecord accumulate_detection_gradients(nn::Detector& detector, const DeviceBatch& batch,
+                                                const MicroBatchOptions& options, IntervalSums& sums,
+                                                std::vector<std::string>* term_names) {
+  MicroBatchRecord record;
+  const int64_t n = batch.images.size(0);
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(options.parts, n));
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t begin = n * p / parts, end = n * (p + 1) / parts;
+    if (end <= begin) continue;
+    if (options.before_forward) options.before_forward(end - begin);
+    // Each image at its own size inside the padded batch (host sizes: views, no read).
+    std::vector<at::Tensor> images;
+    std::vector<nn::BoxTargets> targets;
+    for (int64_t i = begin; i < end; ++i) {
+      images.push_back(batch.images[i]
+                           .narrow(1, 0, batch.image_sizes[static_cast<size_t>(2 * i)])
+                           .narrow(2, 0, batch.image_sizes[static_cast<size_t>(2 * i + 1)]));
+      targets.push_back(batch.boxes[static_cast<size_t>(i)]);
+    }
+    nn::LossDict terms;
+    {
+      compat::AutocastGuard amp(batch.images.device().type(), options.amp_dtype, options.autocast);
+      terms = detector.losses(images, targets);
+    }
+    std::vector<at::Tensor> values;
+    for (const auto& t : terms) values.push_back(t.second.to(at::kFloat));
+    const at::Tensor loss = at::stack(values).sum();
+    record.logits_dtype = terms.empty() ? c10::ScalarType::Undefined : terms.front().second.scalar_type();
+    if (options.clock != nullptr) options.clock->lap(Phase::kForward);
+    const double weight = static_cast<double>(end - begin) / static_cast<double>(n);
+    if (options.before_backward) options.before_backward(p == parts - 1);
+    (loss * (weight * options.loss_scale)).backward();
+    at::NoGradGuard no_grad;
+    const auto images_n = static_cast<double>(end - begin);
+    sums.loss_sum.add_(loss.detach().to(at::kDouble), images_n);
+    const at::Tensor each = at::stack(values).detach().to(at::kDouble);
+    if (!sums.loss_terms.defined()) {
+      sums.loss_terms = at::zeros_like(each);
+      term_names->clear();
+      for (const auto& t : terms) term_names->push_back(t.first);
+    }
+    sums.loss_terms.add_(each, images_n);
+    if (options.clock != nullptr) options.clock->lap(Phase::kBackward);
+  }
+  return record;
+}
+
 IntervalSums IntervalSums::zeros(c10::Device device) {
   IntervalSums s;
   s.loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
@@ -97,6 +146,7 @@ void IntervalSums::pack(PackedValues& out) const {
   const int64_t groups = group_norms.size(0) / 2;  // the updates' norms, then the weights' (below)
   out.add("update_norm", group_norms.narrow(0, 0, groups));
   out.add("weight_norm", group_norms.narrow(0, groups, groups));
+  if (loss_terms.defined()) out.add("loss_terms", loss_terms);
 }
 
 void IntervalSums::zero() {
@@ -105,6 +155,7 @@ void IntervalSums::zero() {
   grad_norm_max.zero_();
   clipped_norm_max.zero_();
   if (group_norms.defined()) group_norms.zero_();
+  if (loss_terms.defined()) loss_terms.zero_();
 }
 
 TrainStep::TrainStep(nn::Model& model, const Loss& loss, Optimizer& optimizer, GradScaler& scaler,
@@ -138,10 +189,33 @@ GradScalerOptions grad_scaler_options(const JobConfig& job, const Precision& pre
   return so;
 }
 
+TrainStep::Sums TrainStep::save_sums() const {
+  return {sums_.loss_sum.clone(), sums_.correct.clone(),
+          sums_.loss_terms.defined() ? sums_.loss_terms.clone() : at::Tensor()};
+}
+
+void TrainStep::restore_sums(const Sums& saved) {
+  sums_.loss_sum.copy_(saved.loss_sum);
+  sums_.correct.copy_(saved.correct);
+  if (saved.loss_terms.defined()) {
+    sums_.loss_terms.copy_(saved.loss_terms);
+  } else if (sums_.loss_terms.defined()) {
+    sums_.loss_terms.zero_();  // made by this step: nothing was in it before
+  }
+}
+
 TrainStep::Result TrainStep::run(const at::Tensor& x, const at::Tensor& y, int64_t step, double lr, double momentum,
                                  bool stop_requested, const std::vector<int64_t>& sample_ids) {
-  const Sums saved{sums_.loss_sum.clone(), sums_.correct.clone()};
-  forward_backward(x, y, step, sample_ids, saved);
+  DeviceBatch batch;
+  batch.images = x;
+  batch.targets = y;
+  return run(batch, step, lr, momentum, stop_requested, sample_ids);
+}
+
+TrainStep::Result TrainStep::run(const DeviceBatch& batch, int64_t step, double lr, double momentum,
+                                 bool stop_requested, const std::vector<int64_t>& sample_ids) {
+  const Sums saved = save_sums();
+  forward_backward(batch, step, sample_ids, saved);
   if (grad_sync_ != nullptr) {
     const auto t0 = std::chrono::steady_clock::now();
     grad_sync_->finish();  // gradients averaged over ranks (a straggler's peers wait here)
@@ -206,9 +280,13 @@ void TrainStep::lap(Phase phase) {
 // M5: `accumulate` micro-batches per step; T16: on an allocation failure, the same batch again
 // as twice as many micro-batches (the interval's sums restored to `saved`), until one sample
 // alone does not fit.
-void TrainStep::forward_backward(const at::Tensor& x, const at::Tensor& y, int64_t step,
-                                 const std::vector<int64_t>& sample_ids, const Sums& saved) {
-  const int64_t n = x.size(0);
+void TrainStep::forward_backward(const DeviceBatch& batch, int64_t step, const std::vector<int64_t>& sample_ids,
+                                 const Sums& saved) {
+  nn::Detector* detector = batch.detection() ? dynamic_cast<nn::Detector*>(&model_) : nullptr;
+  if (batch.detection() && detector == nullptr) {
+    throw bad_input("a detection batch reached a model that is not a detector");
+  }
+  const int64_t n = batch.images.size(0);
   int64_t parts = std::max<int64_t>(1, std::min<int64_t>(options_.accumulate, n));
   for (;;) {
     try {
@@ -223,7 +301,9 @@ void TrainStep::forward_backward(const at::Tensor& x, const at::Tensor& y, int64
       if (grad_sync_ != nullptr) {
         o.before_backward = [this](bool last) { grad_sync_->communicate(last); };  // M5: only the last
       }
-      ran_ = accumulate_gradients(model_, x, y, o, sums_.loss_sum, sums_.correct);
+      ran_ = detector != nullptr
+                 ? accumulate_detection_gradients(*detector, batch, o, sums_, &term_names_)
+                 : accumulate_gradients(model_, batch.images, batch.targets, o, sums_.loss_sum, sums_.correct);
       return;
     } catch (const std::exception& e) {
       if (!options_.split_on_oom || !is_out_of_memory(e)) throw;
@@ -234,8 +314,7 @@ void TrainStep::forward_backward(const at::Tensor& x, const at::Tensor& y, int64
                             step, comm_->rank(), e.what());
       }
       optimizer_.zero_grad();
-      sums_.loss_sum.copy_(saved.loss_sum);
-      sums_.correct.copy_(saved.correct);
+      restore_sums(saved);
       compat::release_cached_memory(device_);
       if (parts >= n) {
         throw runtime_error("step {}: out of memory with a single sample (sample ids {}{}): {}", step,
@@ -320,11 +399,14 @@ void TrainStep::skip(int64_t step, const std::vector<at::Tensor>& grads, const S
   log_warn("step {}: {} is not finite; step skipped{} ({} of {} allowed in a row)", step, what,
            scaler_.enabled() ? fmt::format(", loss scale now {}", scaler_.scale()) : "", counters_.bad_in_row,
            options_.max_bad_steps);
-  sums_.loss_sum.copy_(saved.loss_sum);
-  sums_.correct.copy_(saved.correct);
+  restore_sums(saved);
 }
 
 data::NormalizeOptions normalize_options(const JobConfig& job) {
+  if (job.data.dataset == DataSection::Dataset::kDetection) {
+    // A detector takes 0–1 RGB and normalises inside (GeneralizedRCNNTransform's image_mean/std).
+    return {{0.0, 0.0, 0.0}, {1.0, 1.0, 1.0}, data::ValueRange::kUnit, data::ColorOrder::kRGB};
+  }
   return {job.data.mean, job.data.std, data::parse_value_range(job.data.mean_std_range, "data.mean_std_range"),
           data::parse_color_order(job.data.mean_std_order, "data.mean_std_order")};
 }

@@ -1,4 +1,5 @@
 // A run's report of itself (see summary.h).
+#include "crucible/data/eval/coco_eval.h"
 #include "crucible/train/summary.h"
 
 #include <ATen/ATen.h>
@@ -221,6 +222,7 @@ TrainSummary train_summary(Job& job, const RunState& st, const SessionRecord& se
   s.test_acc = st.last_test_acc;
   s.test_top5 = st.last_test_top5;
   s.test_loss = st.last_test_loss;
+  s.test_coco = st.last_test_coco;
   s.train_seconds = st.train_seconds;
   s.samples_per_s = st.step_seconds > 0 ? static_cast<double>(st.samples) / st.step_seconds : 0;
   s.steps = st.step;
@@ -263,9 +265,10 @@ json summary_json(Job& job, const RunState& st, SessionRecord& session, const Tr
   }
   const StepCounters& c = job.step->counters();
   const bool stepped = !s.step_dtype.empty();
-  json j = {{"test_acc", s.test_acc},
-            {"test_top5", s.test_top5},
-            {"test_loss", s.test_loss},
+  const bool coco = !s.test_coco.empty();  // a detector's numbers replace the classifier's
+  json j = {{"test_acc", coco ? json(nullptr) : json(s.test_acc)},
+            {"test_top5", coco ? json(nullptr) : json(s.test_top5)},
+            {"test_loss", coco ? json(nullptr) : json(s.test_loss)},
             {"train_seconds", s.train_seconds},
             {"step_seconds", st.step_seconds},
             {"eval_seconds", st.train_seconds - st.step_seconds},
@@ -313,6 +316,8 @@ json summary_json(Job& job, const RunState& st, SessionRecord& session, const Tr
             {"resumed_from_step", session.resumed_from ? json(*session.resumed_from) : json(nullptr)},
             {"torch_version", compat::torch_version()},
             {"crucible_version", CRUCIBLE_VERSION}};
+  for (size_t k = 0; k < s.test_coco.size(); ++k) j[std::string("test_") + data::coco_stat_names()[k]] = s.test_coco[k];
+  if (job.detection) j["loss"] = "detector";  // the loss dict, not [loss]
   for (const auto& [name, value] : eval_figures) j[name] = value;
   for (auto& o : job.observers) o->summary_fields(j);
   return j;

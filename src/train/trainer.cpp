@@ -17,11 +17,13 @@
 #include "crucible/core/error.h"
 #include "crucible/core/host_read.h"
 #include "crucible/core/log.h"
+#include "crucible/data/eval/coco_eval.h"
 #include "crucible/data/loader/device_feeder.h"
 #include "crucible/data/loader/device_input.h"
 #include "crucible/data/loader/loader.h"
 #include "crucible/distributed/comm.h"
 #include "crucible/distributed/grad_sync.h"
+#include "crucible/nn/detection/detector.h"
 #include "crucible/nn/model.h"
 #include "crucible/obs/layer_profile.h"
 #include "crucible/obs/metric_sink.h"
@@ -46,6 +48,29 @@ using json = nlohmann::json;
 using obs::Phase;
 
 std::atomic<bool> g_stop{false};
+
+// A detection batch's ground truth per image, on the device: views of the packed boxes where an
+// image has no crowd box (the usual case), an index otherwise. Crowd boxes are left out of
+// training, as torchvision's reference (ConvertCocoPolysToMask) leaves them out; evaluation
+// counts them, as COCOeval does.
+std::vector<nn::BoxTargets> detection_targets(const data::Batch& host, const at::Tensor& boxes,
+                                              const at::Tensor& labels) {
+  std::vector<nn::BoxTargets> out;
+  for (int64_t i = 0; i < host.size(); ++i) {
+    const int64_t begin = host.box_offsets[static_cast<size_t>(i)], end = host.box_offsets[static_cast<size_t>(i + 1)];
+    std::vector<int64_t> keep;
+    for (int64_t k = begin; k < end; ++k) {
+      if (host.box_crowd.empty() || host.box_crowd[static_cast<size_t>(k)] == 0) keep.push_back(k);
+    }
+    if (static_cast<int64_t>(keep.size()) == end - begin) {
+      out.push_back({boxes.narrow(0, begin, end - begin), labels.narrow(0, begin, end - begin)});
+    } else {
+      const at::Tensor index = at::tensor(keep, at::kLong).to(boxes.device());
+      out.push_back({boxes.index_select(0, index), labels.index_select(0, index)});
+    }
+  }
+  return out;
+}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -144,6 +169,10 @@ void Loop::train_step(data::FedBatch& fed, const Schedule::Point& sp, bool* stop
   const data::Batch& batch = fed.host;
   DeviceBatch b{std::move(fed.images), std::move(fed.labels), st_.step, job_.world.rank, batch.epoch,
                 batch.sample_ids, batch.copies};
+  if (batch.detection) {
+    b.image_sizes = batch.image_sizes;
+    b.boxes = detection_targets(batch, fed.boxes, fed.box_labels);
+  }
   apply_batch_transforms(job_.batch_transforms, b);
   for (auto& o : job_.observers) o->before_step(b);
   job_.clock->lap(Phase::kTransfer);
@@ -157,8 +186,7 @@ void Loop::train_step(data::FedBatch& fed, const Schedule::Point& sp, bool* stop
     };
   }
   if (job_.layer_profiler) job_.layer_profiler->arm();
-  const TrainStep::Result r =
-      job_.step->run(b.images, b.targets, st_.step, sp.lr, sp.momentum, g_stop.load(), batch.sample_ids);
+  const TrainStep::Result r = job_.step->run(b, st_.step, sp.lr, sp.momentum, g_stop.load(), batch.sample_ids);
   if (job_.layer_profiler) job_.layer_profiler->disarm();
   job_.step->before_update = nullptr;
   if (job_.comm) *stop = r.stop_agreed;  // every rank stops at the same step (SIGINT on any rank)
@@ -209,6 +237,7 @@ void Loop::evaluate() {
   st_.last_test_loss = r.loss;
   st_.last_test_acc = r.acc;
   st_.last_test_top5 = r.top5;
+  st_.last_test_coco = r.coco;
   st_.last_eval_step = st_.step;
   record_.last_eval_figures.clear();
   for (auto& o : job_.observers) {
@@ -218,13 +247,17 @@ void Loop::evaluate() {
   st_.train_seconds += secs;
   json record = {{"type", "eval"},
                  {"step", st_.step},
-                 {"epoch", st_.epoch + (st_.batch_in_epoch == job_.steps_per_epoch ? 1 : 0)},
-                 {"test_loss", st_.last_test_loss},
-                 {"test_acc", st_.last_test_acc},
-                 {"test_top5", st_.last_test_top5},
-                 {"samples", r.samples},
-                 {"seconds", secs},
-                 {"train_seconds", st_.train_seconds}};
+                 {"epoch", st_.epoch + (st_.batch_in_epoch == job_.steps_per_epoch ? 1 : 0)}};
+  if (r.detection()) {  // COCO's 12 numbers, "test_AP", "test_AP50", …
+    for (size_t k = 0; k < r.coco.size(); ++k) record[std::string("test_") + data::coco_stat_names()[k]] = r.coco[k];
+  } else {
+    record["test_loss"] = st_.last_test_loss;
+    record["test_acc"] = st_.last_test_acc;
+    record["test_top5"] = st_.last_test_top5;
+  }
+  record["samples"] = r.samples;
+  record["seconds"] = secs;
+  record["train_seconds"] = st_.train_seconds;
   for (const auto& [name, value] : record_.last_eval_figures) record[name] = value;
   sinks_.write(record);
   log_eval(st_.step, r, job_.comm ? job_.world.size : 0, secs);
@@ -263,11 +296,18 @@ void Loop::read_interval(double lr, double momentum) {
                  {"step", st_.step},
                  {"epoch", st_.epoch},
                  {"loss", loss_mean},
-                 {"acc", v.value("correct") / samples},
                  {"lr", lr},
                  {"momentum", momentum},
                  {"samples_per_s", secs > 0 ? samples / secs : 0},
                  {"samples", st_.samples}};
+  if (job_.detection) {
+    // The detector's loss terms, each a mean per image over the interval (torchvision's names).
+    const std::vector<std::string>& names = job_.step->loss_term_names();
+    const std::vector<double> terms = names.empty() ? std::vector<double>() : v.values("loss_terms");
+    for (size_t k = 0; k < names.size(); ++k) record["loss_" + names[k]] = terms[k] / samples;
+  } else {
+    record["acc"] = v.value("correct") / samples;
+  }
   // T4: each parameter group's update at the interval's last step (replicas equal: sum / N).
   const auto& groups = job_.optimizer->groups();
   const std::vector<double> updates = v.values("update_norm"), weights = v.values("weight_norm");

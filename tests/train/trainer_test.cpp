@@ -10,11 +10,15 @@
 
 #include <cstdlib>
 
+#include <cmath>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
 #include "crucible/core/compat.h"
+#include "crucible/core/config.h"
 #include "crucible/core/memory.h"
 #include "crucible/core/rng.h"
 #include "crucible/data/samplers/repeated_sampler.h"
@@ -183,6 +187,41 @@ TEST(Trainer, SurvivesAnInjectedOutOfMemoryT16) {
   EXPECT_EQ(faulted.steps, plain.steps);
   EXPECT_NEAR(faulted.test_acc, plain.test_acc, 0.003);
   std::printf("test accuracy: unfaulted %.4f, OOM at step 5 %.4f\n", plain.test_acc, faulted.test_acc);
+}
+
+// T16 for a detector: an image whose boxes exhaust memory (injected at step 2: micro-batches of
+// more than 2 images fail) is retried as smaller micro-batches — each image at its own size, its
+// own boxes — and the run completes with every step, its COCO numbers finite, the retry counted.
+TEST(Trainer, ADetectorSurvivesAnInjectedOutOfMemoryT16) {
+  test::TempDir d;
+  const std::string set = d / "set";
+  const std::string cmd = fmt::format("{}/../../scripts/make-fashion-detection-set {} --train 24 --test 8 >/dev/null",
+                                      CRUCIBLE_TEST_SUPPORT_DIR, set);
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  JobConfig j;
+  ConfigSchema schema;
+  bind_job_config(j, schema);
+  for (const std::string& o : {"run.dir=" + d.path(), std::string("run.name=det"), std::string("data.dataset=detection"),
+                               "data.train_path=" + set + "/annotations/instances_train.json",
+                               "data.test_path=" + set + "/annotations/instances_val.json",
+                               std::string("model.name=fcos_resnet18_fpn"), std::string("model.min_size=64"),
+                               std::string("model.max_size=96"), std::string("train.epochs=1"),
+                               std::string("train.batch_size=8"), std::string("train.precision=fp32"),
+                               std::string("log.progress=none")}) {
+    schema.apply_override(o);
+  }
+  testing::inject_oom(/*step=*/2, /*max_micro_batch=*/2);
+  ::testing::internal::CaptureStderr();
+  const TrainSummary s = Trainer(j).run();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  testing::inject_oom(-1, 0);
+  EXPECT_NE(err.find("step 2: out of memory with micro-batches of 8 samples"), std::string::npos) << err;
+  EXPECT_NE(err.find("as 4 micro-batches of about 2"), std::string::npos) << err;
+  EXPECT_EQ(s.steps, 3);
+  ASSERT_EQ(s.test_coco.size(), 12u);
+  for (double v : s.test_coco) EXPECT_TRUE(std::isfinite(v)) << v;
+  const nlohmann::json summary = nlohmann::json::parse(test::read_text(d / "det/summary.json"));
+  EXPECT_EQ(summary["oom_retries"], 2);
 }
 
 TEST(Trainer, OneSampleThatDoesNotFitNamesTheSamples) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "crucible/train/job_config.h"
 
@@ -16,6 +17,8 @@ struct EvalSummary {
   double test_acc = 0;     // 0–1
   double test_top5 = 0;    // 0–1, top-k with k = min(5, classes)
   double test_loss = 0;
+  std::vector<double> test_coco;  // a detector's COCO numbers (data::coco_stat_names order); empty otherwise
+  std::string coco_summary;       // … and the 12 lines COCOeval.summarize() prints
   int64_t step = 0;  // the checkpoint's training step
   std::string params_sha256;  // of the weights evaluated (with ema: summary.json's ema_sha256 at that step)
   std::string weights = "model";  // a weight set (train/weight_set.h): "model", "ema"

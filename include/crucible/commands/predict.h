@@ -14,6 +14,9 @@
 namespace crucible::train {
 class Evaluator;
 }
+namespace crucible::data {
+struct CocoDetection;
+}
 
 namespace crucible::commands {
 
@@ -31,6 +34,9 @@ enum class PredictFormat {
            // "label":[the present classes]
   kCsv,    // header index,label,top1,…,topK,prob1,…,probK; one row per sample; multi-label data:
            // label is the present classes separated by spaces
+  kCocoResults,  // ".json", a detector's: COCO's results list [{"image_id", "category_id" (the file's
+                 // category ids), "bbox": [x, y, w, h] in the image's pixels, "score"}, …], by image then
+                 // score, as pycocotools' loadRes reads it
 };
 
 // The format `options.out` names by its extension. bad_input for K < 1 or another extension,
@@ -91,6 +97,14 @@ struct PredictSummary {
   int64_t step = 0;     // the checkpoint's training step
   double top1_acc = 0;  // over the file, 0–1
   double topk_acc = 0;
+  // A detector's: the detections written and COCO's numbers on them (data::coco_stat_names order),
+  // equal to `crucible eval`'s.
+  int64_t detections = 0;
+  std::vector<double> coco;
 };
+
+// COCO's results JSON for `detections` (kCocoResults), numbers as the shortest decimal that
+// reads back as the same double.
+std::string format_coco_results(const std::vector<data::CocoDetection>& detections);
 
 }  // namespace crucible::commands

@@ -15,10 +15,16 @@
 
 namespace crucible::data {
 
+struct CocoGroundTruth;
+
 struct DataSetup {
   std::shared_ptr<const SamplePipeline> train;  // training transforms (flip / RandomResizedCrop)
   std::shared_ptr<const SamplePipeline> test;   // evaluation transforms (none / centre crop)
   int64_t num_classes = 0;
+  // Detection: the test split's ground truth for COCO's numbers. A COCO file's is read as
+  // pycocotools reads it (its "area", crowd regions); another source's (YOLO, packed) is its
+  // samples' boxes, area w × h. Null for classification.
+  std::shared_ptr<const CocoGroundTruth> test_truth;
 };
 
 // Reads `config`: "idx" loads the four IDX files; "arrays" opens the same four keys as array

@@ -21,6 +21,10 @@ struct DetectorSettings {
   int64_t min_size = 800;                  // the resize: shorter side to min_size …
   int64_t max_size = 1333;                 // … unless the longer side passes max_size
   int64_t trainable_backbone_layers = 3;   // trunk stages trained, from the last (0–5)
+  // The trunk's norm: "frozen" (FrozenBatchNorm2d), "batch" (BatchNorm2d), or "auto": torchvision's
+  // rule, frozen with trainable_backbone_layers when weights are loaded (model.init), else
+  // BatchNorm2d with every stage trained.
+  std::string backbone_norm = "auto";
   double score_thresh = -1;                // -1: the model's own (FCOS 0.2, RetinaNet 0.05)
   double nms_thresh = -1;                  // -1: the model's own (FCOS 0.6, RetinaNet 0.5)
   int64_t detections_per_img = 100;

@@ -32,7 +32,8 @@ std::unique_ptr<Model> make_resnet(int depth, int64_t in_channels, int64_t num_c
 // A detector's trunk: torchvision's resnet{18,34,50}(norm_layer=FrozenBatchNorm2d) as
 // IntermediateLayerGetter keeps it (conv1, bn1, layer1 … layer4; no avgpool, no fc), with
 // torchvision's state_dict names below the prefix its owner registers it under ("body.").
-std::shared_ptr<torch::nn::Module> make_resnet_trunk(int depth);
+// `frozen`: FrozenBatchNorm2d (the default, as over pretrained weights), else BatchNorm2d.
+std::shared_ptr<torch::nn::Module> make_resnet_trunk(int depth, bool frozen = true);
 // The outputs of the trunk's layer1 … layer4 for `x`.
 std::vector<at::Tensor> resnet_trunk_stages(torch::nn::Module& trunk, const at::Tensor& x);
 

@@ -13,6 +13,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "crucible/nn/detection/detector.h"  // BoxTargets
+
 namespace crucible::train {
 
 struct DeviceBatch {
@@ -24,6 +26,12 @@ struct DeviceBatch {
   std::vector<int64_t> sample_ids;  // each image's sample index (per-sample draws key on (epoch, id))
   std::vector<int64_t> copies;      // each image's copy number (repeated augmentation; empty: all 0):
                                     // per-sample draws key on data::draw_epoch(epoch, copy)
+  // Detection (empty otherwise): each image's own [height, width] inside the padded `images`
+  // ([B × 2], host values) and its ground truth on the device (crowd boxes left out, as
+  // torchvision's reference leaves them out of training); `targets` is unused.
+  std::vector<int64_t> image_sizes;
+  std::vector<nn::BoxTargets> boxes;
+  bool detection() const { return !image_sizes.empty(); }
 };
 
 class BatchTransform {

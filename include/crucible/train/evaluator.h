@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -20,6 +22,8 @@ namespace crucible::data {
 class Loader;
 class DeviceInput;
 struct Batch;
+struct CocoGroundTruth;
+struct CocoDetection;
 }  // namespace crucible::data
 namespace crucible::distributed {
 class Comm;
@@ -35,7 +39,13 @@ struct EvalResult {
                         // class is present (precision at 1)
   double top5 = 0;      // top-k, k = min(5, classes), 0–1: the label among torch.topk's k indices
                         // (multi-label: a present class among them)
-  int64_t samples = 0;  // distinct samples evaluated (over all ranks)
+  int64_t samples = 0;  // distinct samples evaluated (over all ranks); detection: images
+  // Detection: COCOeval's 12 numbers (0–1; -1 where there was nothing to measure) in
+  // data::coco_stat_names() order; loss, acc and top5 are -1 then. Empty for classification.
+  std::vector<double> coco;
+  bool detection() const { return !coco.empty(); }
+  // The headline figure: AP for a detector, top-1 accuracy for a classifier.
+  double headline() const { return detection() ? coco[0] : acc; }
 };
 
 // "eval after step 120: test accuracy 91.2% (top-5 99.8%), loss 0.2931 (10000 samples over 3
@@ -51,6 +61,10 @@ class Evaluator {
   EvalResult run();
   // Another model of the same job (a step observer's: e.g. averaged weights) on the same data.
   EvalResult run(nn::Model& model);
+  // Detection: the test set's ground truth, which makes run() a COCO evaluation of a detector
+  // across ranks (detection_eval.h); its detections kept in last_detections().
+  void set_ground_truth(std::shared_ptr<const data::CocoGroundTruth> truth);
+  const std::vector<data::CocoDetection>& last_detections() const;
 
   // One pass over the test loader (epoch 0) with `model` in eval mode, without gradients, under
   // the precision's autocast (M1), the mode restored after: `fn` gets each batch, its targets
@@ -72,6 +86,8 @@ class Evaluator {
   Precision precision_;
   c10::Device device_;
   distributed::Comm* comm_;
+  std::shared_ptr<const data::CocoGroundTruth> truth_;
+  std::shared_ptr<std::vector<data::CocoDetection>> detections_;
 };
 
 }  // namespace crucible::train

@@ -38,8 +38,8 @@ struct InitReport {
 // names (missing, unexpected, mis-shapen).
 InitReport load_initial_weights(nn::Model& module, const nn::ModelOptions& options, int64_t num_classes);
 
-// The parameters to optimise, in the model's order: all but those whose names match a
-// model.freeze glob (those get requires_grad = false and are listed in `frozen`). A pattern
+// The parameters to optimise, in the model's order: all that require a gradient (a detector
+// fixes its frozen trunk stages itself) but those whose names match a model.freeze glob (those get requires_grad = false and are listed in `frozen`). A pattern
 // that matches no parameter is bad_input (a typo must not silently train everything).
 std::vector<NamedTensor> trainable_parameters(nn::Model& module, const std::vector<std::string>& freeze,
                                               std::vector<std::string>* frozen);

@@ -25,6 +25,7 @@
 #include "crucible/train/step_observer.h"
 
 namespace crucible::data {
+struct CocoGroundTruth;
 class Loader;
 class DeviceInput;
 class DeviceFeeder;
@@ -83,6 +84,10 @@ struct Job {
   std::string loader_choice;  // how data.threads = 0 chose (empty when set)
   int64_t num_classes = 0;
   int64_t steps_per_epoch = 0, total_steps = 0;
+  // Detection (data.dataset = "detection"): images with boxes, a detector, COCO's numbers
+  // against the test split's ground truth.
+  bool detection = false;
+  std::shared_ptr<const data::CocoGroundTruth> test_truth;
 
   // Model, loss and input (law 3).
   std::unique_ptr<nn::Model> model;

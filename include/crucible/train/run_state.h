@@ -36,6 +36,7 @@ struct RunState {
   double last_test_acc = -1, last_test_loss = 0;
   double last_test_top5 = -1;  // top-k (k = min(5, classes)); -1 also from a checkpoint older than the field
   int64_t last_eval_step = -1;
+  std::vector<double> last_test_coco;  // a detector's: COCO's 12 numbers (data::coco_stat_names order)
 };
 
 class CheckpointIO {

@@ -29,6 +29,7 @@
 
 namespace crucible::nn {
 class Model;
+class Detector;
 }
 namespace crucible::distributed {
 class Comm;
@@ -49,6 +50,8 @@ namespace crucible::train {
 class GradScaler;
 struct GradScalerOptions;
 class Loss;
+struct DeviceBatch;
+struct IntervalSums;
 
 // The job's loss scaling (T1) for this precision: on for fp16 under "auto", or as configured.
 GradScalerOptions grad_scaler_options(const JobConfig& job, const Precision& precision);
@@ -84,10 +87,22 @@ struct MicroBatchRecord {
 MicroBatchRecord accumulate_gradients(nn::Model& model, const at::Tensor& x, const at::Tensor& y,
                                       const MicroBatchOptions& options, at::Tensor& loss_sum, at::Tensor& correct);
 
+// A detector's forward + backward of `batch` (DeviceBatch::detection) in `options.parts`
+// micro-batches (options.loss and label_smoothing unused): the loss is the sum of the detector's
+// loss dict, each micro-batch's weighted by its share of the batch. Adds Σ loss × images to
+// sums.loss_sum and Σ term × images to sums.loss_terms (made on the first call, one per term,
+// their names into `term_names`): no host read. torchvision normalises its terms by the
+// foreground count of the batch it sees, so micro-batches give their own normalisation, as
+// BatchNorm's statistics do above.
+MicroBatchRecord accumulate_detection_gradients(nn::Detector& detector, const DeviceBatch& batch,
+                                                const MicroBatchOptions& options, IntervalSums& sums,
+                                                std::vector<std::string>* term_names);
+
 // The metrics of the current log interval, on the device (law 2), read once per interval.
 struct IntervalSums {
   at::Tensor loss_sum;          // Σ loss × samples (double)
   at::Tensor correct;           // correct top-1 (long)
+  at::Tensor loss_terms;        // detectors: Σ term × images per loss term (double); undefined otherwise
   at::Tensor grad_norm_max;     // with clipping: the largest global gradient norm before clipping
   at::Tensor clipped_norm_max;  // … and after it (float)
   // T4, [2 × groups] float: at the step TrainStepOptions::update_norm_every names, the L2 norm
@@ -97,7 +112,8 @@ struct IntervalSums {
   static IntervalSums zeros(c10::Device device);
   void zero();
   // Into `out` by name, for the interval's one read: loss_sum, correct, grad_norm_max,
-  // clipped_norm_max, then update_norm and weight_norm (one value per parameter group).
+  // clipped_norm_max, then update_norm and weight_norm (one value per parameter group), then
+  // loss_terms when defined.
   void pack(PackedValues& out) const;
 };
 
@@ -139,6 +155,12 @@ class TrainStep {
   // `sample_ids` name the batch's samples in an out-of-memory message.
   Result run(const at::Tensor& x, const at::Tensor& y, int64_t step, double lr, double momentum,
              bool stop_requested, const std::vector<int64_t>& sample_ids = {});
+  // The same on a whole device batch: a detection batch (DeviceBatch::detection) trains the
+  // model, which must then be an nn::Detector, on its loss dict.
+  Result run(const DeviceBatch& batch, int64_t step, double lr, double momentum, bool stop_requested,
+             const std::vector<int64_t>& sample_ids = {});
+  // A detector's loss terms in IntervalSums::loss_terms' order (empty before its first step).
+  const std::vector<std::string>& loss_term_names() const { return term_names_; }
 
   IntervalSums& sums() { return sums_; }
   // Seconds this rank waited for the gradient sync to finish since the last call (host time:
@@ -158,10 +180,12 @@ class TrainStep {
 
  private:
   struct Sums {  // the interval's sums before this step (restored when it is retried or skipped)
-    at::Tensor loss_sum, correct;
+    at::Tensor loss_sum, correct, loss_terms;
   };
-  void forward_backward(const at::Tensor& x, const at::Tensor& y, int64_t step,
-                        const std::vector<int64_t>& sample_ids, const Sums& saved);
+  Sums save_sums() const;
+  void restore_sums(const Sums& saved);
+  void forward_backward(const DeviceBatch& batch, int64_t step, const std::vector<int64_t>& sample_ids,
+                        const Sums& saved);
   void clip(const std::vector<at::Tensor>& grads);
   bool vote(const std::vector<at::Tensor>& grads, bool stop_requested, Result* result);
   void skip(int64_t step, const std::vector<at::Tensor>& grads, const Sums& saved);
@@ -181,6 +205,7 @@ class TrainStep {
   IntervalSums sums_;
   StepCounters counters_;
   MicroBatchRecord ran_;
+  std::vector<std::string> term_names_;
   obs::PhaseClock* clock_ = nullptr;
   double sync_wait_ = 0;
 };

@@ -30,6 +30,8 @@ struct TrainSummary {
   double test_acc = 0;        // 0–1
   double test_top5 = 0;       // 0–1, top-k with k = min(5, classes)
   double test_loss = 0;
+  std::vector<double> test_coco;  // a detector's: COCO's 12 numbers (data::coco_stat_names order); then
+                                  // test_acc, test_top5 and test_loss are -1
   double train_seconds = 0;   // training steps + evaluations + checkpoint writes, all sessions
   double wall_seconds = 0;    // this process, start to finish
   double samples_per_s = 0;   // training samples / time in training steps

@@ -362,4 +362,10 @@ std::string CocoEvalResult::summary() const {
   return out;
 }
 
+const std::array<const char*, 12>& coco_stat_names() {
+  static const std::array<const char*, 12> names = {"AP",    "AP50",     "AP75",      "AP_small", "AP_medium", "AP_large",
+                                                    "AR1",   "AR10",     "AR100",     "AR_small", "AR_medium", "AR_large"};
+  return names;
+}
+
 }  // namespace crucible::data

@@ -62,6 +62,7 @@ void DeviceFeeder::enqueue(FedBatch& b) const {
     if (options_.time_copies) b.copy_begin = compat::record_timeline_mark(device_);
     b.images = input_.images(b.host);
     b.labels = input_.labels(b.host);
+    b.boxes = input_.boxes(b.host, &b.box_labels);
     if (options_.time_copies) b.copy_end = compat::record_timeline_mark(device_);
     b.pending_ = std::make_shared<FedBatch::Pending>(device_.type());
     b.pending_->copied.record(streams_->copy);
@@ -95,6 +96,7 @@ void DeviceFeeder::hand_over(FedBatch& b) const {
     if (!b.images.defined()) {
       b.images = input_.images(b.host);
       b.labels = input_.labels(b.host);
+      b.boxes = input_.boxes(b.host, &b.box_labels);
     }
     return;
   }
@@ -105,6 +107,10 @@ void DeviceFeeder::hand_over(FedBatch& b) const {
   // could give the blocks to a later copy as soon as these tensors die, while the step still reads.
   b.images.record_stream(compute);
   b.labels.record_stream(compute);
+  if (b.boxes.defined()) {
+    b.boxes.record_stream(compute);
+    b.box_labels.record_stream(compute);
+  }
   b.pending_.reset();
 }
 

@@ -77,12 +77,14 @@ at::Tensor DeviceInput::images(const Batch& batch) const {
     return device_.is_cpu() ? host.clone(format) : host.to(device_, /*non_blocking=*/true).contiguous(format);
   }
   // The batch outlives this call; from_blob does not copy, the conversion below does.
+  const int64_t h = batch.detection ? batch.spec.height : spec_.height;
+  const int64_t w = batch.detection ? batch.spec.width : spec_.width;
   at::Tensor x;
   if (batch.channels_first) {
-    x = at::from_blob(batch.pixels.data(), {batch.size(), spec_.channels, spec_.height, spec_.width}, at::kByte)
+    x = at::from_blob(batch.pixels.data(), {batch.size(), spec_.channels, h, w}, at::kByte)
             .to(device_, /*non_blocking=*/true);
   } else {  // NHWC memory = channels_last NCHW view
-    x = at::from_blob(batch.pixels.data(), {batch.size(), spec_.height, spec_.width, spec_.channels}, at::kByte)
+    x = at::from_blob(batch.pixels.data(), {batch.size(), h, w, spec_.channels}, at::kByte)
             .to(device_, /*non_blocking=*/true)
             .permute({0, 3, 1, 2});
   }
@@ -113,6 +115,29 @@ at::Tensor DeviceInput::labels(const Batch& batch) const {
   at::Tensor pinned = at::empty(host.sizes(), host.options().pinned_memory(true));
   pinned.copy_(host);
   return pinned.to(device_, /*non_blocking=*/true);
+}
+
+namespace {
+
+// A host vector on the device: cloned on the CPU (the batch's vector dies with it), staged through
+// pinned memory on a GPU so that the copy is asynchronous (as labels() does).
+at::Tensor to_device(at::Tensor host, c10::Device device) {
+  if (device.is_cpu()) return host.clone();
+  at::Tensor pinned = at::empty(host.sizes(), host.options().pinned_memory(true));
+  pinned.copy_(host);
+  return pinned.to(device, /*non_blocking=*/true);
+}
+
+}  // namespace
+
+at::Tensor DeviceInput::boxes(const Batch& batch, at::Tensor* labels) const {
+  if (!batch.detection) {
+    *labels = at::Tensor();
+    return at::Tensor();
+  }
+  const auto total = static_cast<int64_t>(batch.box_labels.size());
+  *labels = to_device(at::from_blob(const_cast<int64_t*>(batch.box_labels.data()), {total}, at::kLong), device_);
+  return to_device(at::from_blob(const_cast<float*>(batch.boxes.data()), {total, 4}, at::kFloat), device_);
 }
 
 InputConvention DeviceInput::delivers() const {

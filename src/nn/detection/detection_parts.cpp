@@ -64,11 +64,16 @@ std::vector<Detections> OneStageDetector::detect(const std::vector<at::Tensor>& 
 }
 
 InputSpec OneStageDetector::input_spec() const {
-  return {3, o_.min_size, o_.min_size, data::ColorOrder::kRGB, o_.image_mean, o_.image_std};
+  // 0–1 RGB: GeneralizedRCNNTransform normalises inside, with image_mean and image_std.
+  return {3, o_.min_size, o_.min_size, data::ColorOrder::kRGB, {0.0, 0.0, 0.0}, {1.0, 1.0, 1.0}};
 }
 
 std::string OneStageDetector::describe() const {
-  return fmt::format("{} ({} classes, min_size {}, max_size {})", name_, o_.num_classes, o_.min_size, o_.max_size);
+  // M2 for detection: which norm the trunk has and which stages train, stated in the log.
+  return fmt::format("{} ({} classes, min_size {}, max_size {}; trunk {}, {} of 5 stages trained{})", name_,
+                     o_.num_classes, o_.min_size, o_.max_size, o_.frozen_norm ? "FrozenBatchNorm2d" : "BatchNorm2d",
+                     o_.trainable_backbone_layers,
+                     o_.frozen_norm ? ", statistics fixed" : ", statistics from each rank's batches");
 }
 
 // ---- GeneralizedRCNNTransform ----
@@ -191,12 +196,12 @@ std::vector<at::Tensor> FpnImpl::forward(const std::vector<at::Tensor>& x) {
   return results;
 }
 
-ResNetFpnImpl::ResNetFpnImpl(int depth, int64_t trainable_layers) {
+ResNetFpnImpl::ResNetFpnImpl(int depth, int64_t trainable_layers, bool frozen_norm) {
   if (trainable_layers < 0 || trainable_layers > 5) {
     throw bad_input("model.trainable_backbone_layers: expected 0 to 5 (trunk stages trained, from the last), found {}",
                     trainable_layers);
   }
-  body = register_module("body", make_resnet_trunk(depth));
+  body = register_module("body", make_resnet_trunk(depth, frozen_norm));
   const int64_t c5 = depth == 50 ? 2048 : 512;  // layer4's channels; layer2 and layer3 have a quarter, a half
   fpn = register_module("fpn", std::make_shared<FpnImpl>(std::vector<int64_t>{c5 / 4, c5 / 2, c5}, 256));
   // _resnet_fpn_extractor: parameters outside the last `trainable_layers` stages stop their gradient.

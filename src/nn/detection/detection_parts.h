@@ -49,7 +49,7 @@ struct FpnImpl : torch::nn::Module {
 // BackboneWithFPN over a ResNet trunk: children body (the trunk) and fpn; layer2–layer4 feed
 // the FPN. trainable_layers as torchvision's _resnet_fpn_extractor (the rest stops its gradient).
 struct ResNetFpnImpl : torch::nn::Module {
-  ResNetFpnImpl(int depth, int64_t trainable_layers);
+  ResNetFpnImpl(int depth, int64_t trainable_layers, bool frozen_norm = true);
   std::vector<at::Tensor> forward(const at::Tensor& x);
   std::shared_ptr<torch::nn::Module> body;
   std::shared_ptr<FpnImpl> fpn;

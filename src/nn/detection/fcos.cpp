@@ -28,12 +28,23 @@ namespace {
 
 namespace tnn = torch::nn;
 
+// GroupNorm computed in float32, as CUDA's autocast computes group_norm (its fp32 list). Under
+// CPU bf16 autocast libtorch 1.13's kernel refuses a bf16 input with float weights; the float
+// output goes on to the next convolution, which autocast casts again. The same weight and bias.
+struct Fp32GroupNormImpl : tnn::GroupNormImpl {
+  using tnn::GroupNormImpl::GroupNormImpl;
+  at::Tensor forward(const at::Tensor& x) {
+    return tnn::GroupNormImpl::forward(x.scalar_type() == at::kFloat ? x : x.to(at::kFloat));
+  }
+};
+TORCH_MODULE(Fp32GroupNorm);
+
 // Four conv3×3-GroupNorm(32)-ReLU, convs drawn from N(0, 0.01) with zero bias (names 0 … 11).
 tnn::Sequential head_tower(int64_t channels) {
   tnn::Sequential seq;
   for (int i = 0; i < 4; ++i) {
     seq->push_back(head_conv(channels, channels, 0));
-    seq->push_back(tnn::GroupNorm(tnn::GroupNormOptions(32, channels)));
+    seq->push_back(Fp32GroupNorm(tnn::GroupNormOptions(32, channels)));
     seq->push_back(tnn::ReLU());
   }
   return seq;
@@ -70,7 +81,7 @@ struct FcosHeadImpl : tnn::Module {
 
 struct FcosImpl : tnn::Module {
   FcosImpl(int depth, const DetectorOptions& o) {
-    backbone = register_module("backbone", std::make_shared<ResNetFpnImpl>(depth, o.trainable_backbone_layers));
+    backbone = register_module("backbone", std::make_shared<ResNetFpnImpl>(depth, o.trainable_backbone_layers, o.frozen_norm));
     head = register_module("head", std::make_shared<FcosHeadImpl>(256, o.num_classes));
   }
   std::shared_ptr<ResNetFpnImpl> backbone;

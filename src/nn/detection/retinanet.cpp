@@ -73,7 +73,7 @@ struct RetinaHeadImpl : tnn::Module {
 
 struct RetinaNetImpl : tnn::Module {
   RetinaNetImpl(int depth, const DetectorOptions& o) {
-    backbone = register_module("backbone", std::make_shared<ResNetFpnImpl>(depth, o.trainable_backbone_layers));
+    backbone = register_module("backbone", std::make_shared<ResNetFpnImpl>(depth, o.trainable_backbone_layers, o.frozen_norm));
     head = register_module("head", std::make_shared<RetinaHeadImpl>(256, o.num_classes));
   }
   std::shared_ptr<ResNetFpnImpl> backbone;

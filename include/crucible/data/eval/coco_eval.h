@@ -54,6 +54,11 @@ struct CocoEvalResult {
   std::string summary() const;  // the 12 lines COCOeval.summarize() prints
 };
 
+// The 12 numbers' names where crucible writes them (metrics.jsonl, summary.json, TensorBoard,
+// the report), in `stats` order: AP, AP50, AP75, AP_small, AP_medium, AP_large, AR1, AR10, AR100,
+// AR_small, AR_medium, AR_large.
+const std::array<const char*, 12>& coco_stat_names();
+
 // bad_input for a detection whose image or category the ground truth does not list.
 CocoEvalResult coco_evaluate(const CocoGroundTruth& gt, const std::vector<CocoDetection>& detections);
 

@@ -34,6 +34,7 @@ namespace crucible::data {
 struct FedBatch {
   Batch host;
   at::Tensor images, labels;
+  at::Tensor boxes, box_labels;  // a detection batch's (DeviceInput::boxes); undefined otherwise
   // With DeviceFeeder::Options::time_copies on a GPU: device-timeline marks on the copy stream
   // before and after this batch's copy and conversion (the D9 overlap test reads them).
   std::shared_ptr<compat::TimelineMark> copy_begin, copy_end;

@@ -44,13 +44,18 @@ class DeviceInput {
   // `normalize` is not used (nor checked).
   DeviceInput(const ImageSpec& spec, NormalizeOptions normalize, c10::Device device, bool channels_last);
 
-  at::Tensor images(const Batch& batch) const;  // [B, C, H, W] float32, normalised (features: as they are)
+  // [B, C, H, W] float32, normalised (features: as they are); a detection batch at its own padded
+  // size (batch.spec's height and width).
+  at::Tensor images(const Batch& batch) const;
   // D9: an allocator for the loader that puts batches in pinned host memory when the device is
   // a GPU (null on CPU: the heap is right there). The batch must outlive the copy.
   static std::function<PixelBuffer(size_t)> batch_allocator(c10::Device device);
   // The batch's targets on the device: [B] int64 class indices, or for multi-label data
   // (batch.target_width > 0) [B, classes] float32 0–1 targets.
   at::Tensor labels(const Batch& batch) const;
+  // A detection batch's boxes on the device: [total, 4] float32 xyxy pixels, and their labels
+  // ([total] int64) into `labels`; undefined tensors for a batch without boxes.
+  at::Tensor boxes(const Batch& batch, at::Tensor* labels) const;
   std::string describe() const;
   InputConvention delivers() const;
 

@@ -55,6 +55,7 @@ struct DetectorOptions {
   std::vector<double> image_mean = {0.485, 0.456, 0.406};
   std::vector<double> image_std = {0.229, 0.224, 0.225};
   int64_t trainable_backbone_layers = 3;  // 0–5: trunk stages trained from the last (5: all)
+  bool frozen_norm = true;                // the trunk's norm: FrozenBatchNorm2d, or BatchNorm2d
   double score_thresh = 0.2;              // FCOS: 0.2, RetinaNet: 0.05
   double nms_thresh = 0.6;                // FCOS: 0.6, RetinaNet: 0.5
   int64_t detections_per_img = 100;
