@@ -367,6 +367,9 @@ void assemble_optimization(Job& job) {
     log_info("lr = {} per 256 samples × global batch {}{} / 256 = {} (T7)", c.optim.lr_per_256, batch,
              job.comm ? fmt::format(" ({} ranks × {})", job.world.size, c.train.batch_size) : "", lr);
   }
+  // eval and predict step nowhere: their "training" split is the test split, whose length says
+  // nothing of the run's schedule (a short test set must not fail a schedule's checks).
+  if (job.inference) return;
   job.schedule =
       std::make_unique<Schedule>(c.schedule, lr, optimizer_momentum(c.optim), job.total_steps, job.steps_per_epoch);
 }
@@ -404,7 +407,8 @@ void assemble_data_parallel(Job& job) {
 // recipe's batch transforms and step observers.
 void assemble_step(Job& job, const std::string& checkpoint_dir) {
   const JobConfig& c = job.config;
-  log_info("optimizer: {}; schedule: {}", job.optimizer->describe(), job.schedule->describe());
+  log_info("optimizer: {}; schedule: {}", job.optimizer->describe(),
+           job.schedule ? job.schedule->describe() : std::string("none (evaluation only)"));
   log_info("training: {} epochs × {} steps of batch {}{}{} = {} steps; checkpoint every {} steps, keep {}",
            c.train.epochs, job.steps_per_epoch, c.train.batch_size,
            job.comm ? fmt::format(" per rank × {} ranks = {}", job.world.size, global_batch(c.train, job.world.size))

@@ -84,7 +84,7 @@ TEST(DetectionCli, TrainEvalAndPredictGiveTheSameCocoNumbersT6X5) {
   const std::string set = make_set(dir);
   const auto train = test::run_command(detection_run(dir, set, "det"));
   ASSERT_EQ(train.exit_code, 0) << train.out << train.err;
-  test::expect_contains(train.err, {"fcos_resnet18_fpn (4 classes, min_size 64, max_size 96; trunk BatchNorm2d, 5 of 5",
+  test::expect_contains(train.out + train.err, {"fcos_resnet18_fpn (4 classes, min_size 64, max_size 96; trunk BatchNorm2d, 5 of 5",
                                     "loss: the detector's own loss dict"});
   const json s = json::parse(test::read_text(dir / "det/summary.json"));
   EXPECT_EQ(s["steps"], 12);
@@ -109,7 +109,7 @@ TEST(DetectionCli, TrainEvalAndPredictGiveTheSameCocoNumbersT6X5) {
       EXPECT_TRUE(std::isfinite(v) && v > 0) << t << " " << v;
       sum += v;
     }
-    EXPECT_NEAR(r["loss"].get<double>(), sum, 1e-9 * sum) << r.dump();
+    EXPECT_NEAR(r["loss"].get<double>(), sum, 1e-6 * sum) << r.dump();  // the terms are float32
   }
   const std::vector<json> evals = records(dir / "det/metrics.jsonl", "eval");
   ASSERT_EQ(evals.size(), 2u);
@@ -118,8 +118,8 @@ TEST(DetectionCli, TrainEvalAndPredictGiveTheSameCocoNumbersT6X5) {
 
   const auto eval = test::run_command(with(detection_run(dir, set, "det", "eval"), {"--json"}));
   ASSERT_EQ(eval.exit_code, 0) << eval.out << eval.err;
-  test::expect_contains(eval.err, {"COCO bbox", "Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ]"});
-  const json e = json::parse(eval.out);
+  test::expect_contains(eval.out + eval.err, {"COCO bbox", "Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ]"});
+  const json e = json::parse(eval.out.substr(eval.out.rfind("\n{") + 1));
   for (const char* k : kStats) EXPECT_EQ(e["test_" + std::string(k)], s["test_" + std::string(k)]) << k;
 
   const std::string preds = dir / "predictions.json";
@@ -141,7 +141,7 @@ TEST(DetectionCli, TrainEvalAndPredictGiveTheSameCocoNumbersT6X5) {
   // A classifier's extension for a detector is refused, naming what to write.
   const auto csv = test::run_command(with(detection_run(dir, set, "det", "predict"), {"--out", dir / "p.csv"}));
   EXPECT_EQ(csv.exit_code, 2);
-  test::expect_contains(csv.err, "a detector's predictions are COCO results: name a .json file");
+  test::expect_contains(csv.out + csv.err, "a detector's predictions are COCO results: name a .json file");
 
   // pycocotools on the predictions file (the oracle Python of make test-torch2 has it).
   const std::string probe = test::run_python("try:\n import pycocotools; print('yes')\nexcept ImportError: print('no')\n");
@@ -178,7 +178,7 @@ TEST(DetectionCli, AResumedRunEndsOnTheUninterruptedRunsWeights) {
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const auto second = test::run_command(detection_run(dir, set, "split"));
   ASSERT_EQ(second.exit_code, 0) << second.err;
-  test::expect_contains(second.err, "resum");
+  test::expect_contains(second.out + second.err, "resumed from");
   const json a = json::parse(test::read_text(dir / "whole/summary.json"));
   const json b = json::parse(test::read_text(dir / "split/summary.json"));
   EXPECT_EQ(b["resumed_from_step"], 8);
@@ -192,12 +192,12 @@ TEST(DetectionCli, ADetectorOnClassLabelsOrAClassifierOnBoxesIsRefused) {
   const std::string set = make_set(dir);
   const auto classifier = test::run_command(with(detection_run(dir, set, "c"), {"--set", "model.name=resnet18"}));
   EXPECT_EQ(classifier.exit_code, 2);
-  test::expect_contains(classifier.err, "data.dataset = \"detection\" needs a detector, and model.name = \"resnet18\"");
+  test::expect_contains(classifier.out + classifier.err, "data.dataset = \"detection\" needs a detector, and model.name = \"resnet18\"");
   const auto detector = test::run_command({test::crucible_binary(), "train", "--set", "run.dir=" + dir.path(), "--set",
                                            "model.name=fcos_resnet18_fpn", "--set", "data.train_samples=64", "--set",
                                            "data.test_samples=64"});
   EXPECT_EQ(detector.exit_code, 2);
-  test::expect_contains(detector.err, "takes RGB images; the data have 1 channel(s)");
+  test::expect_contains(detector.out + detector.err, "takes RGB images; the data have 1 channel(s)");
 }
 
 }  // namespace

@@ -205,7 +205,7 @@ TEST(Trainer, ADetectorSurvivesAnInjectedOutOfMemoryT16) {
                                "data.train_path=" + set + "/annotations/instances_train.json",
                                "data.test_path=" + set + "/annotations/instances_val.json",
                                std::string("model.name=fcos_resnet18_fpn"), std::string("model.min_size=64"),
-                               std::string("model.max_size=96"), std::string("train.epochs=1"),
+                               std::string("model.max_size=96"), std::string("train.epochs=1"), std::string("schedule.name=constant"),
                                std::string("train.batch_size=8"), std::string("train.precision=fp32"),
                                std::string("log.progress=none")}) {
     schema.apply_override(o);
