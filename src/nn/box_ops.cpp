@@ -94,11 +94,11 @@ at::Tensor nms(const at::Tensor& boxes, const at::Tensor& scores, double iou_thr
                     scores.numel(), boxes.size(0));
   }
   if (boxes.numel() == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
-  // outside the step: post-processing of predictions (torchvision's CPU kernel; a CUDA one is issue 48's)
   // torchvision's nms_autocast: half and bfloat16 boxes (a detector under autocast) in float32.
   const bool reduced = boxes.scalar_type() == at::kHalf || boxes.scalar_type() == at::kBFloat16;
-  const at::Tensor dets = reduced ? boxes.to(at::kCPU, at::kFloat) : boxes.to(at::kCPU);
-  const at::Tensor s = reduced ? scores.to(at::kCPU, at::kFloat) : scores.to(at::kCPU);
+  const auto dtype = reduced ? at::kFloat : boxes.scalar_type();
+  // outside the step: post-processing of predictions (torchvision's CPU kernel; a CUDA one is issue 48's)
+  const at::Tensor dets = boxes.to(at::kCPU, dtype), s = scores.to(at::kCPU, dtype);
   at::Tensor keep = at::empty({dets.size(0)}, dets.options().dtype(at::kLong));
   int64_t kept = 0;
   AT_DISPATCH_FLOATING_TYPES(dets.scalar_type(), "crucible_nms", [&] {

@@ -37,6 +37,20 @@ at::Tensor image_of(const data::Batch& b, int64_t j, c10::Device device) {
   return img.to(device).to(at::kFloat).div_(255.0);
 }
 
+// COCOeval over the images evaluated (its imgIds): all of the file's, unless data.test_samples
+// kept some of them or the bad-sample policy skipped one.
+data::CocoGroundTruth images_of(const data::CocoGroundTruth& truth, const std::set<int64_t>& evaluated) {
+  data::CocoGroundTruth some;
+  some.category_ids = truth.category_ids;
+  for (const int64_t id : truth.image_ids) {
+    if (evaluated.count(id) != 0) some.image_ids.push_back(id);
+  }
+  for (const auto& b : truth.boxes) {
+    if (evaluated.count(b.image_id) != 0) some.boxes.push_back(b);
+  }
+  return some;
+}
+
 }  // namespace
 
 DetectionEval evaluate_detections(nn::Detector& detector, data::Loader& loader, const data::CocoGroundTruth& truth,
@@ -89,11 +103,9 @@ DetectionEval evaluate_detections(nn::Detector& detector, data::Loader& loader, 
   std::map<int64_t, int> first_rank;
   std::set<int64_t> evaluated;  // image ids
   for (size_t i = 0; i < all.size(); ++i) {
-    const double* r = all[i];
-    if (r[kCategory] < 0) {
-      first_rank.emplace(static_cast<int64_t>(r[kSample]), static_cast<int>(r[kRank]));
-      evaluated.insert(static_cast<int64_t>(r[kImage]));
-    }
+    if (all[i][kCategory] >= 0) continue;
+    first_rank.emplace(static_cast<int64_t>(all[i][kSample]), static_cast<int>(all[i][kRank]));
+    evaluated.insert(static_cast<int64_t>(all[i][kImage]));
   }
   std::vector<std::tuple<int64_t, int64_t, const double*>> kept;  // (sample, place, row)
   for (size_t i = 0; i < all.size(); ++i) {
@@ -117,21 +129,8 @@ DetectionEval evaluate_detections(nn::Detector& detector, data::Loader& loader, 
     d.score = r[kScore];
     out.results.push_back(d);
   }
-  // COCOeval over the images evaluated (its imgIds): all of the file's, unless data.test_samples
-  // kept some of them or the bad-sample policy skipped one.
-  if (evaluated.size() == truth.image_ids.size()) {
-    out.coco = data::coco_evaluate(truth, out.results);
-    return out;
-  }
-  data::CocoGroundTruth some;
-  some.category_ids = truth.category_ids;
-  for (const int64_t id : truth.image_ids) {
-    if (evaluated.count(id) != 0) some.image_ids.push_back(id);
-  }
-  for (const auto& b : truth.boxes) {
-    if (evaluated.count(b.image_id) != 0) some.boxes.push_back(b);
-  }
-  out.coco = data::coco_evaluate(some, out.results);
+  out.coco = evaluated.size() == truth.image_ids.size() ? data::coco_evaluate(truth, out.results)
+                                                        : data::coco_evaluate(images_of(truth, evaluated), out.results);
   return out;
 }
 

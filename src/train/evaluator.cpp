@@ -47,6 +47,13 @@ void log_eval(int64_t step, const EvalResult& r, int ranks, double seconds) {
            seconds);
 }
 
+std::vector<std::pair<std::string, double>> eval_figures(const EvalResult& r) {
+  if (!r.detection()) return {{"test_loss", r.loss}, {"test_acc", r.acc}, {"test_top5", r.top5}};
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t k = 0; k < r.coco.size(); ++k) out.emplace_back(std::string("test_") + data::coco_stat_names()[k], r.coco[k]);
+  return out;
+}
+
 EvalResult Evaluator::run() { return run(model_); }
 
 void Evaluator::set_ground_truth(std::shared_ptr<const data::CocoGroundTruth> truth) { truth_ = std::move(truth); }

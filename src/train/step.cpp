@@ -129,6 +129,40 @@ MicroBatchRecord accumulate_detection_gradients(nn::Detector& detector, const De
   return record;
 }
 
+// A detection batch's ground truth per image, on the device: views of the packed boxes where an
+// image has no crowd box (the usual case), an index otherwise. Crowd boxes are left out of
+// training, as torchvision's reference (ConvertCocoPolysToMask) leaves them out; evaluation
+// counts them, as COCOeval does.
+std::vector<nn::BoxTargets> detection_targets(const data::Batch& host, const at::Tensor& boxes,
+                                              const at::Tensor& labels) {
+  std::vector<nn::BoxTargets> out;
+  for (int64_t i = 0; i < host.size(); ++i) {
+    const int64_t begin = host.box_offsets[static_cast<size_t>(i)], end = host.box_offsets[static_cast<size_t>(i + 1)];
+    std::vector<int64_t> keep;
+    for (int64_t k = begin; k < end; ++k) {
+      if (host.box_crowd.empty() || host.box_crowd[static_cast<size_t>(k)] == 0) keep.push_back(k);
+    }
+    if (static_cast<int64_t>(keep.size()) == end - begin) {
+      out.push_back({boxes.narrow(0, begin, end - begin), labels.narrow(0, begin, end - begin)});
+    } else {
+      const at::Tensor index = at::tensor(keep, at::kLong).to(boxes.device());
+      out.push_back({boxes.index_select(0, index), labels.index_select(0, index)});
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> interval_figures(const TrainStep& step, const PackedValues& v,
+                                                             double samples) {
+  const std::vector<std::string>& names = step.loss_term_names();
+  if (names.empty()) return {{"acc", v.value("correct") / samples}};
+  // A detector: each loss term, a mean per image over the interval (torchvision's names).
+  const std::vector<double> terms = v.values("loss_terms");
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t k = 0; k < names.size(); ++k) out.emplace_back("loss_" + names[k], terms[k] / samples);
+  return out;
+}
+
 IntervalSums IntervalSums::zeros(c10::Device device) {
   IntervalSums s;
   s.loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));

@@ -17,7 +17,6 @@
 #include "crucible/core/error.h"
 #include "crucible/core/host_read.h"
 #include "crucible/core/log.h"
-#include "crucible/data/eval/coco_eval.h"
 #include "crucible/data/loader/device_feeder.h"
 #include "crucible/data/loader/device_input.h"
 #include "crucible/data/loader/loader.h"
@@ -49,28 +48,6 @@ using obs::Phase;
 
 std::atomic<bool> g_stop{false};
 
-// A detection batch's ground truth per image, on the device: views of the packed boxes where an
-// image has no crowd box (the usual case), an index otherwise. Crowd boxes are left out of
-// training, as torchvision's reference (ConvertCocoPolysToMask) leaves them out; evaluation
-// counts them, as COCOeval does.
-std::vector<nn::BoxTargets> detection_targets(const data::Batch& host, const at::Tensor& boxes,
-                                              const at::Tensor& labels) {
-  std::vector<nn::BoxTargets> out;
-  for (int64_t i = 0; i < host.size(); ++i) {
-    const int64_t begin = host.box_offsets[static_cast<size_t>(i)], end = host.box_offsets[static_cast<size_t>(i + 1)];
-    std::vector<int64_t> keep;
-    for (int64_t k = begin; k < end; ++k) {
-      if (host.box_crowd.empty() || host.box_crowd[static_cast<size_t>(k)] == 0) keep.push_back(k);
-    }
-    if (static_cast<int64_t>(keep.size()) == end - begin) {
-      out.push_back({boxes.narrow(0, begin, end - begin), labels.narrow(0, begin, end - begin)});
-    } else {
-      const at::Tensor index = at::tensor(keep, at::kLong).to(boxes.device());
-      out.push_back({boxes.index_select(0, index), labels.index_select(0, index)});
-    }
-  }
-  return out;
-}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -248,13 +225,7 @@ void Loop::evaluate() {
   json record = {{"type", "eval"},
                  {"step", st_.step},
                  {"epoch", st_.epoch + (st_.batch_in_epoch == job_.steps_per_epoch ? 1 : 0)}};
-  if (r.detection()) {  // COCO's 12 numbers, "test_AP", "test_AP50", …
-    for (size_t k = 0; k < r.coco.size(); ++k) record[std::string("test_") + data::coco_stat_names()[k]] = r.coco[k];
-  } else {
-    record["test_loss"] = st_.last_test_loss;
-    record["test_acc"] = st_.last_test_acc;
-    record["test_top5"] = st_.last_test_top5;
-  }
+  for (const auto& [name, value] : eval_figures(r)) record[name] = value;
   record["samples"] = r.samples;
   record["seconds"] = secs;
   record["train_seconds"] = st_.train_seconds;
@@ -300,14 +271,7 @@ void Loop::read_interval(double lr, double momentum) {
                  {"momentum", momentum},
                  {"samples_per_s", secs > 0 ? samples / secs : 0},
                  {"samples", st_.samples}};
-  if (job_.detection) {
-    // The detector's loss terms, each a mean per image over the interval (torchvision's names).
-    const std::vector<std::string>& names = job_.step->loss_term_names();
-    const std::vector<double> terms = names.empty() ? std::vector<double>() : v.values("loss_terms");
-    for (size_t k = 0; k < names.size(); ++k) record["loss_" + names[k]] = terms[k] / samples;
-  } else {
-    record["acc"] = v.value("correct") / samples;
-  }
+  for (const auto& [name, value] : interval_figures(*job_.step, v, samples)) record[name] = value;
   // T4: each parameter group's update at the interval's last step (replicas equal: sum / N).
   const auto& groups = job_.optimizer->groups();
   const std::vector<double> updates = v.values("update_norm"), weights = v.values("weight_norm");

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -52,6 +54,10 @@ struct EvalResult {
 // ranks, 1.2 s)", logged by the Trainer after each evaluation and by `crucible eval`; `ranks`
 // 0 in a single process.
 void log_eval(int64_t step, const EvalResult& r, int ranks, double seconds);
+
+// The figures an evaluation record carries: test_loss, test_acc, test_top5; or a detector's
+// COCO numbers, test_AP, test_AP50, … (data::coco_stat_names).
+std::vector<std::pair<std::string, double>> eval_figures(const EvalResult& r);
 
 class Evaluator {
  public:

@@ -30,6 +30,7 @@
 namespace crucible::nn {
 class Model;
 class Detector;
+struct BoxTargets;
 }
 namespace crucible::distributed {
 class Comm;
@@ -98,6 +99,13 @@ MicroBatchRecord accumulate_detection_gradients(nn::Detector& detector, const De
                                                 const MicroBatchOptions& options, IntervalSums& sums,
                                                 std::vector<std::string>* term_names);
 
+// A detection batch's ground truth per image, on the device (`boxes` [total, 4] and `labels`
+// [total], packed as `host` packs them: DeviceInput::boxes): views where an image has no crowd
+// box, an index otherwise. Crowd regions are left out of training, as torchvision's reference
+// (ConvertCocoPolysToMask) leaves them out; evaluation counts them, as COCOeval does.
+std::vector<nn::BoxTargets> detection_targets(const data::Batch& host, const at::Tensor& boxes,
+                                              const at::Tensor& labels);
+
 // The metrics of the current log interval, on the device (law 2), read once per interval.
 struct IntervalSums {
   at::Tensor loss_sum;          // Σ loss × samples (double)
@@ -136,6 +144,12 @@ struct TrainStepOptions {
   // before the update). 0: never.
   int64_t update_norm_every = 0;
 };
+
+class TrainStep;
+// The interval's task figures from its read sums (`samples` over the interval, this rank's): a
+// classifier's "acc", or a detector's "loss_<term>" per loss term, each a mean per image.
+std::vector<std::pair<std::string, double>> interval_figures(const TrainStep& step, const PackedValues& v,
+                                                             double samples);
 
 class TrainStep {
  public:
