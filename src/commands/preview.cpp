@@ -1,5 +1,5 @@
 // `crucible preview` (commands/preview.h): the training pipeline and the recipe's batch
-// transforms, as the trainer runs them, to a PNG grid (preview_draw.h draws the text and writes
+// transforms, as the trainer runs them, to a PNG grid (obs/draw.h draws the text and writes
 // the PNG; preview_detection.cpp draws a detection set's boxes).
 #include "crucible/commands/preview.h"
 
@@ -30,10 +30,13 @@
 #include "crucible/train/recipe.h"
 #include "crucible/train/session.h"
 #include "crucible/train/step.h"
-#include "preview_draw.h"
+#include "crucible/obs/draw.h"
 
 namespace crucible::commands {
 namespace {
+
+using obs::draw_text;
+using obs::encode_png;
 
 // The PNG's pixels and labels: tiles ([C, H, W] uint8) in a near-square grid with 2-pixel gaps,
 // a label strip under each (its class, or the two largest shares of a mixed target); fills in

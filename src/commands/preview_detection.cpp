@@ -21,19 +21,16 @@
 #include "crucible/data/loader/loader.h"
 #include "crucible/data/transforms/detection_presets.h"
 #include "crucible/data/transforms/transform.h"
-#include "preview_draw.h"
+#include "crucible/obs/draw.h"
 
 namespace crucible::commands {
 namespace {
 
-// A colour per class, apart from each other and from grey.
-void class_colour(int64_t label, uint8_t out[3]) {
-  static const uint8_t kPalette[][3] = {{255, 64, 64},  {64, 220, 64},  {64, 128, 255}, {255, 200, 0},
-                                        {255, 64, 255}, {0, 230, 230},  {255, 140, 0},  {160, 96, 255},
-                                        {128, 255, 128}, {255, 128, 160}};
-  const auto& c = kPalette[static_cast<size_t>(label) % (sizeof kPalette / sizeof kPalette[0])];
-  out[0] = c[0], out[1] = c[1], out[2] = c[2];
-}
+using obs::class_colour;
+using obs::draw_rect;
+using obs::draw_text;
+using obs::encode_png;
+using obs::fill_rect;
 
 struct Tile {
   std::vector<uint8_t> rgb;  // [height, width, 3], as the loader gave it

@@ -851,6 +851,33 @@ std::string curves_html(const std::vector<RunView>& runs) {
   return out + "</div></section>";
 }
 
+// Base64 (RFC 4648) for the inline PNG: a dozen lines, where no library the build has offers it.
+std::string base64(const std::string& bytes) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);
+    uint32_t v = 0;
+    for (size_t k = 0; k < 3; ++k) v = v << 8 | (k < n ? static_cast<uint8_t>(bytes[i + k]) : 0u);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += n > 1 ? kAlphabet[(v >> 6) & 63] : '=';
+    out += n > 2 ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+// A detector's test images with true (white) and predicted boxes, inline (the page has no URL).
+std::string eval_images_html(const RunView& r) {
+  if (r.data->eval_images_png.empty()) return "";
+  return "<section class=\"eval-images\"><h2>Test images</h2><p class=\"muted\">the first test images after "
+         "training: true boxes white, the best 10 detections scoring 0.3 or more in their class's colour with their score "
+         "(every detection is in the PNG's crucible.eval_boxes chunk)</p><img alt=\"test images with boxes\" "
+         "style=\"max-width:100%;image-rendering:pixelated\" src=\"data:image/png;base64," +
+         base64(r.data->eval_images_png) + "\"></section>";
+}
+
 std::string config_html(const RunView& r, const std::vector<TomlEntry>& defaults) {
   const auto entries = flat_toml(r.data->config_toml, r.data->dir + "/config.toml");
   int changed = 0;
@@ -1148,6 +1175,8 @@ RunReportData load_run_report_data(const std::string& run_dir) {
     }
     std::sort(d.checkpoints.begin(), d.checkpoints.end());
   }
+  const std::string images = (fs::path(run_dir) / "eval_images.png").string();
+  if (fs::is_regular_file(images, ec)) d.eval_images_png = read_file(images);
   return d;
 }
 
@@ -1165,7 +1194,8 @@ std::string render_report(const std::vector<RunReportData>& runs, const std::str
   if (views.size() == 1) {
     const RunView& r = views.front();
     return page(r.label + " · crucible run report", header_html(r) + verdict_html(r) + breakdown_html(r) +
-                                                        io_html(r) + layers_html(r) + curves_html(views) + config_html(r, defaults) +
+                                                        io_html(r) + layers_html(r) + curves_html(views) +
+                                                        eval_images_html(r) + config_html(r, defaults) +
                                                         environment_html(r) + files_html(r));
   }
   std::string title = "crucible comparison:";

@@ -18,16 +18,8 @@
 #include "crucible/train/gather.h"
 
 namespace crucible::train {
-namespace {
-
-// Columns of a row: a key unique over every rank (rank · 2^32 + the rank's row), the rank, the
-// sample id, the row's place among its sample's rows, then a detection — image id, category id
-// (-1: the sample's marker row, which every evaluated sample has, detections or not), x, y, w, h,
-// score.
-enum Col { kKey, kRank, kSample, kPlace, kImage, kCategory, kX, kY, kW, kH, kScore, kCols };
-
 // Image `j` of a detection batch as the detector takes it: [3, h, w] float in 0–1 on `device`.
-at::Tensor image_of(const data::Batch& b, int64_t j, c10::Device device) {
+at::Tensor detection_image(const data::Batch& b, int64_t j, c10::Device device) {
   const int64_t c = b.spec.channels, h = b.spec.height, w = b.spec.width;
   const auto all = at::from_blob(b.pixels.data(), b.channels_first ? std::vector<int64_t>{b.size(), c, h, w}
                                                                    : std::vector<int64_t>{b.size(), h, w, c},
@@ -36,6 +28,14 @@ at::Tensor image_of(const data::Batch& b, int64_t j, c10::Device device) {
   img = img.narrow(1, 0, b.image_sizes[2 * j]).narrow(2, 0, b.image_sizes[2 * j + 1]);
   return img.to(device).to(at::kFloat).div_(255.0);
 }
+
+namespace {
+
+// Columns of a row: a key unique over every rank (rank · 2^32 + the rank's row), the rank, the
+// sample id, the row's place among its sample's rows, then a detection — image id, category id
+// (-1: the sample's marker row, which every evaluated sample has, detections or not), x, y, w, h,
+// score.
+enum Col { kKey, kRank, kSample, kPlace, kImage, kCategory, kX, kY, kW, kH, kScore, kCols };
 
 // COCOeval over the images evaluated (its imgIds): all of the file's, unless data.test_samples
 // kept some of them or the bad-sample policy skipped one.
@@ -78,7 +78,7 @@ DetectionEval evaluate_detections(nn::Detector& detector, data::Loader& loader, 
         const double none[4] = {0, 0, 0, 0};
         add(sample, -1, image, -1, none, 0);
         // Outside the step: evaluation reads its detections on the host.
-        const nn::Detections d = detector.detect({image_of(*batch, j, device)})[0];
+        const nn::Detections d = detector.detect({detection_image(*batch, j, device)})[0];
         const at::Tensor boxes = d.boxes.to(at::kCPU, at::kDouble).contiguous();
         const at::Tensor scores = d.scores.to(at::kCPU, at::kDouble).contiguous();
         const at::Tensor labels = d.labels.to(at::kCPU, at::kLong).contiguous();

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "crucible/core/compat.h"
 #include "crucible/core/error.h"
 #include "crucible/core/log.h"
 #include "crucible/data/loader/loader.h"
@@ -15,13 +16,16 @@
 #include "crucible/distributed/grad_sync.h"
 #include "crucible/io/safetensors.h"
 #include "crucible/io/tensor.h"
+#include "crucible/nn/detection/detector.h"
 #include "crucible/nn/model.h"
 #include "crucible/obs/metric_sink.h"
 #include "crucible/train/checkpoint.h"
 #include "crucible/train/doctor_checks.h"
+#include "crucible/train/eval_images.h"
 #include "crucible/train/optimizer.h"
 #include "crucible/train/run_dir.h"
 #include "crucible/train/sinks.h"
+#include "crucible/train/step.h"
 #include "crucible/train/weight_set.h"
 
 namespace crucible::train {
@@ -198,6 +202,13 @@ TrainSummary Session::finish(bool trained) {
   if (job.main_rank()) {
     export_model(*job.model, dir_->path(), "model");
     for (auto& o : job.observers) o->after_training(*job.model, dir_->path());
+    if (auto* detector = dynamic_cast<nn::Detector*>(job.model.get()); detector != nullptr && job.detection) {
+      // The report's test images with true and predicted boxes (eval_images.h), detected as the
+      // evaluation detects them (its autocast).
+      const Precision& p = job.precision.value;
+      compat::AutocastGuard amp(job.device.type(), autocast_dtype(p), p.mixed());
+      write_eval_images(*detector, *job.test_loader, job.device, dir_->path() + "/eval_images.png");
+    }
   }
   sinks_->finish(st_.step);
   record_.loader_busy = job.train_loader->busy_seconds();

@@ -138,6 +138,42 @@ TEST(DetectionCli, TrainEvalAndPredictGiveTheSameCocoNumbersT6X5) {
     images.insert(d["image_id"].get<int64_t>());
   }
   EXPECT_LE(images.size(), 16u);
+  // The report's test images: the first 8 test images, each tile's true boxes the file's and its
+  // detections the predictions file's for that image; the page carries the PNG inline.
+  const std::string check = test::run_python("PNG = '" + (dir / "det/eval_images.png") + "'\nGT = '" + set +
+                                             "/annotations/instances_val.json'\nRES = '" + preds + "'\nHTML = '" +
+                                             (dir / "det/report.html") + "'\n" + R"(
+import base64, json
+from PIL import Image
+tiles = json.loads(Image.open(PNG).text["crucible.eval_boxes"])
+gt, res = json.load(open(GT)), json.load(open(RES))
+ids = sorted(c["id"] for c in gt["categories"])
+worst_truth = worst_det = 0.0
+for t in tiles:
+    truth = sorted([a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3], ids.index(a["category_id"])]
+                   for a in gt["annotations"] if a["image_id"] == t["image_id"])
+    mine = sorted(b[:5] for b in t["truth"])
+    assert len(truth) == len(mine), (t["image_id"], truth, mine)
+    worst_truth = max([worst_truth] + [abs(x - y) for p, q in zip(truth, mine) for x, y in zip(p, q)])
+    dets = [r for r in res if r["image_id"] == t["image_id"]]
+    assert len(dets) == len(t["detections"]), (t["image_id"], len(dets), len(t["detections"]))
+    for r, d in zip(dets, t["detections"]):
+        b = r["bbox"]
+        assert ids[d[4]] == r["category_id"]
+        worst_det = max([worst_det, abs(d[5] - r["score"])] + [abs(x - y) for x, y in zip(d[:4], [b[0], b[1], b[0] + b[2], b[1] + b[3]])])
+inline = "data:image/png;base64," + base64.b64encode(open(PNG, "rb").read()).decode() in open(HTML).read()
+print(len(tiles), worst_truth, worst_det, inline)
+)");
+  std::istringstream tiles_in(check);
+  int tiles = 0;
+  double worst_truth = 1, worst_det = 1;
+  std::string inline_png;
+  ASSERT_TRUE(tiles_in >> tiles >> worst_truth >> worst_det >> inline_png) << check;
+  EXPECT_EQ(tiles, 8);
+  EXPECT_LT(worst_truth, 1e-4);  // float32 boxes against the file's
+  EXPECT_LT(worst_det, 1e-4);    // float32 against the results file's doubles
+  EXPECT_EQ(inline_png, "True");
+
   // A classifier's extension for a detector is refused, naming what to write.
   const auto csv = test::run_command(with(detection_run(dir, set, "det", "predict"), {"--out", dir / "p.csv"}));
   EXPECT_EQ(csv.exit_code, 2);

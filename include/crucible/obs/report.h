@@ -23,6 +23,7 @@ struct RunReportData {
   std::string config_toml;               // config.toml's text (the resolved job)
   std::vector<std::string> checkpoints;  // file names in <dir>/checkpoints/, sorted; no temp files
   bool torn_last_line = false;           // metrics.jsonl ended in a half-written line (skipped)
+  std::string eval_images_png;           // a detector's eval_images.png (train/eval_images.h); empty if none
 };
 
 // Reads `run_dir`. Throws bad_input naming the file (and line) and what was expected when the

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include "crucible/data/eval/coco_eval.h"
@@ -19,6 +20,7 @@ class Detector;
 }
 namespace crucible::data {
 class Loader;
+struct Batch;
 }
 namespace crucible::distributed {
 class Comm;
@@ -36,6 +38,9 @@ struct DetectionEval {
 // `detector` (put in eval mode, without gradients, its mode restored after) over epoch 0 of
 // `loader`'s detection batches, on `device`; labels map to `category_ids` (empty: the label is
 // the category id). `comm` null in a single process. Every rank gets the same result.
+// Image `j` of a detection batch as the detector takes it: [3, h, w] float in 0–1 on `device`.
+at::Tensor detection_image(const data::Batch& batch, int64_t j, c10::Device device);
+
 DetectionEval evaluate_detections(nn::Detector& detector, data::Loader& loader, const data::CocoGroundTruth& truth,
                                   c10::Device device, distributed::Comm* comm);
 

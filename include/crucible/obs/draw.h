@@ -1,13 +1,14 @@
-// What `crucible preview` draws with, torch-free: text in a hand-written 3×5 bitmap font (digits,
-// letters, a few signs: no font package is worth a dependency for tile captions), rectangles, and
-// the PNG (libspng) with one tEXt chunk of JSON. Private to src/commands.
+// What `crucible preview` and a detector's evaluation images draw with, torch-free: text in a
+// hand-written 3×5 bitmap font (digits, letters, a few signs: no font package is worth a
+// dependency for tile captions), rectangles, a colour per class, and the PNG (libspng) with one
+// tEXt chunk of JSON.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace crucible::commands {
+namespace crucible::obs {
 
 // Draws `text` at (x, y) of an RGB image `width` pixels wide in `rgb` colour, each font pixel
 // `scale` × `scale`; letters are drawn upper-case, characters without a glyph as a space, and
@@ -24,8 +25,11 @@ void draw_rect(std::vector<uint8_t>& rgb, int64_t width, int64_t height, int64_t
 void fill_rect(std::vector<uint8_t>& rgb, int64_t width, int64_t height, int64_t x1, int64_t y1, int64_t x2,
                int64_t y2, const uint8_t colour[3]);
 
+// A colour per class (label), apart from each other and from grey.
+void class_colour(int64_t label, uint8_t out[3]);
+
 // The PNG of `rgb` ([height, width, 3]) with a tEXt chunk `keyword` holding `json`.
 std::string encode_png(const std::vector<uint8_t>& rgb, int64_t width, int64_t height, const std::string& keyword,
                        const std::string& json);
 
-}  // namespace crucible::commands
+}  // namespace crucible::obs

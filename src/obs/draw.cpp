@@ -1,5 +1,5 @@
-// preview_draw.h: the 3×5 font, rectangles, the PNG.
-#include "preview_draw.h"
+// obs/draw.h: the 3×5 font, rectangles, a colour per class, the PNG.
+#include "crucible/obs/draw.h"
 
 #include <spng.h>
 
@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-namespace crucible::commands {
+namespace crucible::obs {
 namespace {
 
 // 3×5 glyphs, one row per 3 bits (bit 2 = left).
@@ -89,6 +89,14 @@ void draw_rect(std::vector<uint8_t>& rgb, int64_t width, int64_t height, int64_t
   fill_rect(rgb, width, height, std::max(x2 - t, x1), y1, x2, y2, colour);
 }
 
+void class_colour(int64_t label, uint8_t out[3]) {
+  static const uint8_t kPalette[][3] = {{255, 64, 64},  {64, 220, 64},  {64, 128, 255}, {255, 200, 0},
+                                        {255, 64, 255}, {0, 230, 230},  {255, 140, 0},  {160, 96, 255},
+                                        {128, 255, 128}, {255, 128, 160}};
+  const auto& c = kPalette[static_cast<size_t>(label) % (sizeof kPalette / sizeof kPalette[0])];
+  out[0] = c[0], out[1] = c[1], out[2] = c[2];
+}
+
 std::string encode_png(const std::vector<uint8_t>& rgb, int64_t width, int64_t height, const std::string& keyword,
                        const std::string& json) {
   std::unique_ptr<spng_ctx, void (*)(spng_ctx*)> ctx(spng_ctx_new(SPNG_CTX_ENCODER), spng_ctx_free);
@@ -119,4 +127,4 @@ std::string encode_png(const std::vector<uint8_t>& rgb, int64_t width, int64_t h
   return png;
 }
 
-}  // namespace crucible::commands
+}  // namespace crucible::obs
