@@ -31,6 +31,7 @@
 #include "crucible/io/tensor.h"
 #include "crucible/nn/detection/detector.h"
 #include "crucible/nn/mode_guard.h"
+#include "crucible/nn/model_options.h"
 #include "crucible/train/fine_tune.h"
 #include "test_util.h"
 
@@ -237,6 +238,48 @@ for kind, cls in (('fcos', FCOS), ('retinanet', RetinaNet)):
       EXPECT_GT(theirs.size(), 100u) << out;
       EXPECT_EQ(ours, theirs) << kind << depth;
     }
+  }
+}
+
+// M8: trained from scratch, a trunk of FrozenBatchNorm2d holds identity statistics — no
+// normalisation at all. model.backbone_norm = "auto" follows torchvision's builders: without
+// weights (no model.init) fcos_resnet50_fpn(weights=None, weights_backbone=None) has BatchNorm2d
+// and trains every stage; every name, shape and trainable flag equals the builder's. With
+// model.init the trunk is frozen as over pretrained weights (the M2 test's model).
+TEST(Detectors, FromScratchTheTrunkHasBatchNormAndEveryStageTrainsAsTorchvisionsBuilderM8) {
+  const std::string out = test::run_python(R"(import torchvision
+from torchvision.models.detection import fcos_resnet50_fpn, retinanet_resnet50_fpn
+for kind, build in (('fcos', fcos_resnet50_fpn), ('retinanet', retinanet_resnet50_fpn)):
+    m = build(weights=None, weights_backbone=None, num_classes=5)
+    grad = {n for n, p in m.named_parameters() if p.requires_grad}
+    for k, v in m.state_dict().items():
+        print(kind, k, 'x'.join(str(s) for s in v.shape), int(k in grad))
+)");
+  for (const std::string kind : {"fcos", "retinanet"}) {
+    ModelOptions o;
+    o.name = kind + "_resnet50_fpn";
+    std::unique_ptr<Model> m = make_model(o, 3, 800, 800, 5);
+    std::set<std::string> ours, theirs;
+    for (const auto& p : m->named_parameters()) {
+      ours.insert(p.name + " " + fmt::format("{}", fmt::join(p.tensor.sizes(), "x")) + " " +
+                  std::to_string(p.tensor.requires_grad() ? 1 : 0));
+    }
+    for (const auto& b : m->named_buffers()) ours.insert(b.name + " " + fmt::format("{}", fmt::join(b.tensor.sizes(), "x")) + " 0");
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(kind + " ", 0) == 0) theirs.insert(line.substr(kind.size() + 1));
+    }
+    EXPECT_GT(theirs.size(), 100u) << out;
+    EXPECT_EQ(ours, theirs) << kind;
+    EXPECT_EQ(ours.count("backbone.body.bn1.num_batches_tracked  0"), 1u);  // BatchNorm2d, not frozen
+    o.init = "weights.pt";  // loaded later by model.init: the trunk is built as over pretrained weights
+    std::unique_ptr<Model> frozen = make_model(o, 3, 800, 800, 5);
+    bool conv1_trains = true;
+    for (const auto& p : frozen->named_parameters()) {
+      if (p.name == "backbone.body.conv1.weight") conv1_trains = p.tensor.requires_grad();
+    }
+    EXPECT_FALSE(conv1_trains) << kind;
+    for (const auto& b : frozen->named_buffers()) EXPECT_EQ(b.name.find("num_batches_tracked"), std::string::npos) << b.name;
   }
 }
 
