@@ -13,6 +13,7 @@ void ProgressSink::write(const nlohmann::json& record) {
   r.step = record.value("step", int64_t{0});
   r.loss = record.value("loss", 0.0);
   r.accuracy = record.value("acc", 0.0);
+  r.has_accuracy = record.contains("acc");
   r.lr = record.value("lr", 0.0);
   r.samples_per_s = record.value("samples_per_s", 0.0);
   if (const auto v = record.find("verdict"); v != record.end() && v->is_string()) r.verdict = v->get<std::string>();

@@ -33,6 +33,15 @@ std::string Progress::format_duration(double seconds) {
   return fmt::format("{}:{:02d}", s / 60, s % 60);
 }
 
+namespace {
+
+// "  acc 91.20%", or nothing for a detector's readings (no accuracy).
+std::string accuracy_text(const TrainReading& r) {
+  return r.has_accuracy ? fmt::format("  acc {:.2f}%", 100 * r.accuracy) : std::string();
+}
+
+}  // namespace
+
 void Progress::step_done(int64_t step, int64_t epoch) {
   if (start_step_ < 0) {
     start_step_ = step - 1;
@@ -52,8 +61,8 @@ void Progress::reading(const TrainReading& r, int64_t epoch) {
     const int64_t in_epoch = r.step - epoch * steps_per_epoch_;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     const double rate = start_step_ >= 0 && r.step > start_step_ ? elapsed / static_cast<double>(r.step - start_step_) : 0;
-    log_info("epoch {}/{} step {}/{} ({}/{} in epoch)  loss {:.4f}  acc {:.2f}%  lr {:.3g}  {:.0f} samples/s{}  ETA {}",
-             epoch + 1, epochs_, r.step, total_steps_, in_epoch, steps_per_epoch_, r.loss, 100 * r.accuracy, r.lr,
+    log_info("epoch {}/{} step {}/{} ({}/{} in epoch)  loss {:.4f}{}  lr {:.3g}  {:.0f} samples/s{}  ETA {}",
+             epoch + 1, epochs_, r.step, total_steps_, in_epoch, steps_per_epoch_, r.loss, accuracy_text(r), r.lr,
              r.samples_per_s, r.verdict.empty() ? "" : "  " + r.verdict,
              format_duration(rate * static_cast<double>(total_steps_ - r.step)));
   } else if (mode_ == ProgressMode::kBar) {
@@ -71,8 +80,8 @@ void Progress::draw(int64_t step, int64_t epoch) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int64_t done = step - start_step_;
   const double per_step = done > 0 ? elapsed / static_cast<double>(done) : 0;
-  std::string metrics = have_reading_ ? fmt::format("loss {:.4f}  acc {:.2f}%  {:.0f} samples/s{}", last_.loss,
-                                                    100 * last_.accuracy, last_.samples_per_s,
+  std::string metrics = have_reading_ ? fmt::format("loss {:.4f}{}  {:.0f} samples/s{}", last_.loss,
+                                                    accuracy_text(last_), last_.samples_per_s,
                                                     last_.verdict.empty() ? "" : "  " + last_.verdict)
                                       : std::string("loss -  acc -");
   set_status_line(fmt::format("epoch {}/{} [{}] {}/{}  {}  ETA {}", epoch + 1, epochs_, bar, in_epoch, steps_per_epoch_,

@@ -872,7 +872,7 @@ std::string base64(const std::string& bytes) {
 std::string eval_images_html(const RunView& r) {
   if (r.data->eval_images_png.empty()) return "";
   return "<section class=\"eval-images\"><h2>Test images</h2><p class=\"muted\">the first test images after "
-         "training: true boxes white, the best 10 detections scoring 0.3 or more in their class's colour with their score "
+         "training: true boxes white, the best 10 detections scoring 0.4 or more in their class's colour with their score "
          "(every detection is in the PNG's crucible.eval_boxes chunk)</p><img alt=\"test images with boxes\" "
          "style=\"max-width:100%;image-rendering:pixelated\" src=\"data:image/png;base64," +
          base64(r.data->eval_images_png) + "\"></section>";

@@ -22,6 +22,7 @@ struct TrainReading {
   double lr = 0;
   double samples_per_s = 0;
   std::string verdict;    // the interval's bottleneck ("input-bound (41%)"), empty when not profiled
+  bool has_accuracy = true;  // false for a detector's records (its loss terms, no accuracy)
 };
 
 class Progress {

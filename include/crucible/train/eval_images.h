@@ -23,7 +23,7 @@ namespace crucible::train {
 
 struct EvalImagesOptions {
   int64_t images = 8;       // tiles
-  double min_score = 0.3;   // detections drawn: the best, scoring at least this (all are in the chunk) …
+  double min_score = 0.4;   // detections drawn: the best, scoring at least this (all are in the chunk) …
   int64_t max_drawn = 10;   // … at most this many per image
 };
 
