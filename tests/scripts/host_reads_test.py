@@ -27,7 +27,7 @@ READ = re.compile(r"\.item\s*[<(]|\.to\s*\(\s*(at|torch|c10)::kCPU|\.cpu\s*\(\s*
 MARK = "outside the step"
 TRAINING_PATH = ("src/train/*.cpp", "src/nn/*.cpp", "src/nn/detection/*.cpp", "src/distributed/*.cpp", "src/data/loader/device_input.cpp",
                  "src/core/compat*.cpp", "src/obs/phase_clock.cpp", "src/obs/layer_profile.cpp", "src/obs/histogram.cpp")
-NOT_TRAINING = {"src/train/evaluator.cpp", "src/train/detection_eval.cpp", "src/train/gather.cpp", "src/core/host_read.cpp"}
+NOT_TRAINING = {"src/train/evaluator.cpp", "src/train/detection_eval.cpp", "src/train/eval_images.cpp", "src/train/gather.cpp", "src/core/host_read.cpp"}
 HOST_READ = "src/core/host_read.cpp"
 TOPS = ("src",)
 
