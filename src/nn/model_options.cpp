@@ -76,7 +76,7 @@ const Registry<ModelSettings>& model_settings_registry() {
       for (int depth : {18, 34, 50}) {
         r.add(fmt::format("{}_resnet{}_fpn", kind, depth),
               fmt::format("torchvision's {}_resnet50_fpn over ResNet-{} (same state_dict names)", kind, depth),
-              {declare_detector});
+              {declare_detector, /*detector=*/true});
       }
     }
     return r;

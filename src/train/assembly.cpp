@@ -27,6 +27,7 @@
 #include "crucible/nn/batch_norm.h"
 #include "crucible/nn/detection/detector.h"
 #include "crucible/nn/lint.h"
+#include "crucible/nn/model_options.h"
 #include "crucible/obs/layer_profile.h"
 #include "crucible/obs/phase_clock.h"
 #include "crucible/data/data_recipe.h"
@@ -151,6 +152,11 @@ void assemble_model(Job& job, const StoredChoices& stored) {
   const JobConfig& c = job.config;
   const uint64_t seed = static_cast<uint64_t>(c.run.seed);
   const data::ImageSpec spec = job.train_loader->pipeline().output_spec();
+  if (job.detection && !nn::model_settings_registry().get(c.model.name, "model.name").factory.detector) {
+    // Before the model is built: a classifier would fail on the detection set's shape instead.
+    throw bad_input("data.dataset = \"detection\" needs a detector, and model.name = \"{}\" classifies; set model.name "
+                    "to one of fcos_resnet{{18,34,50}}_fpn or retinanet_resnet{{18,34,50}}_fpn", c.model.name);
+  }
   compat::seed_cpu_generator(derive_seed(seed, RngStream::kInit));
   job.model = nn::make_model(c.model, spec.channels, spec.height, spec.width, job.num_classes);
   if (!c.model.init.empty() && !stored.from_checkpoint) {
@@ -168,10 +174,6 @@ void assemble_model(Job& job, const StoredChoices& stored) {
   if (detector && !job.detection) {
     throw bad_input("model.name = \"{}\" is a detector: it trains on images with boxes (data.dataset = "
                     "\"detection\"), not on class labels", c.model.name);
-  }
-  if (!detector && job.detection) {
-    throw bad_input("data.dataset = \"detection\" needs a detector, and model.name = \"{}\" classifies; set model.name "
-                    "to one of fcos_resnet{{18,34,50}}_fpn or retinanet_resnet{{18,34,50}}_fpn", c.model.name);
   }
   job.model->to(job.device);
   job.model->train(true);

@@ -54,6 +54,7 @@ struct ModelOptions {
 // A model's own keys of [model] (a key two models share: declared by the first).
 struct ModelSettings {
   std::function<void(ModelOptions& options, ConfigSchema& schema)> declare;
+  bool detector = false;  // trains on images with boxes (data.dataset = "detection")
 };
 // Every model by name: model.name's allowed values. model_registry() (nn/model.h, the torch
 // side, which the torch-free tools do not link) builds them under the same names
