@@ -108,7 +108,8 @@ MicroBatchRecord accumulate_detection_gradients(nn::Detector& detector, const De
     }
     std::vector<at::Tensor> values;
     for (const auto& t : terms) values.push_back(t.second.to(at::kFloat));
-    const at::Tensor loss = at::stack(values).sum();
+    const at::Tensor stacked = at::stack(values);  // [terms] float
+    const at::Tensor loss = stacked.sum();
     record.logits_dtype = terms.empty() ? c10::ScalarType::Undefined : terms.front().second.scalar_type();
     if (options.clock != nullptr) options.clock->lap(Phase::kForward);
     const double weight = static_cast<double>(end - begin) / static_cast<double>(n);
@@ -117,7 +118,7 @@ MicroBatchRecord accumulate_detection_gradients(nn::Detector& detector, const De
     at::NoGradGuard no_grad;
     const auto images_n = static_cast<double>(end - begin);
     sums.loss_sum.add_(loss.detach().to(at::kDouble), images_n);
-    const at::Tensor each = at::stack(values).detach().to(at::kDouble);
+    const at::Tensor each = stacked.detach().to(at::kDouble);
     if (!sums.loss_terms.defined()) {
       sums.loss_terms = at::zeros_like(each);
       term_names->clear();

@@ -46,8 +46,6 @@ struct EvalResult {
   // data::coco_stat_names() order; loss, acc and top5 are -1 then. Empty for classification.
   std::vector<double> coco;
   bool detection() const { return !coco.empty(); }
-  // The headline figure: AP for a detector, top-1 accuracy for a classifier.
-  double headline() const { return detection() ? coco[0] : acc; }
 };
 
 // "eval after step 120: test accuracy 91.2% (top-5 99.8%), loss 0.2931 (10000 samples over 3
