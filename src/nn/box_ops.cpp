@@ -5,6 +5,9 @@
 #include <ATen/Dispatch.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
 
 #include "crucible/core/error.h"
 
@@ -63,6 +66,16 @@ int64_t nms_loop(const at::Tensor& dets, const at::Tensor& scores, double thresh
   return kept;
 }
 
+// The threshold a `dtype` IoU is compared with so that `iou > t` in that dtype is `iou > threshold`
+// in double, as torchvision's kernels compare (a float32 IoU against a double threshold): the
+// largest float32 at or below the threshold.
+double threshold_in(at::ScalarType dtype, double threshold) {
+  if (dtype != at::kFloat) return threshold;
+  float t = static_cast<float>(threshold);
+  if (static_cast<double>(t) > threshold) t = std::nextafter(t, -std::numeric_limits<float>::infinity());
+  return static_cast<double>(t);
+}
+
 }  // namespace
 
 at::Tensor box_area(const at::Tensor& boxes) {
@@ -97,7 +110,8 @@ at::Tensor nms(const at::Tensor& boxes, const at::Tensor& scores, double iou_thr
   // torchvision's nms_autocast: half and bfloat16 boxes (a detector under autocast) in float32.
   const bool reduced = boxes.scalar_type() == at::kHalf || boxes.scalar_type() == at::kBFloat16;
   const auto dtype = reduced ? at::kFloat : boxes.scalar_type();
-  // outside the step: post-processing of predictions (torchvision's CPU kernel; a CUDA one is issue 48's)
+  if (!boxes.is_cpu()) return nms_by_mask(boxes.to(dtype), scores.to(dtype), iou_threshold);
+  // torchvision's CPU kernel
   const at::Tensor dets = boxes.to(at::kCPU, dtype), s = scores.to(at::kCPU, dtype);
   at::Tensor keep = at::empty({dets.size(0)}, dets.options().dtype(at::kLong));
   int64_t kept = 0;
@@ -105,6 +119,46 @@ at::Tensor nms(const at::Tensor& boxes, const at::Tensor& scores, double iou_thr
     kept = nms_loop<scalar_t>(dets, s, iou_threshold, keep.data_ptr<int64_t>());
   });
   return keep.narrow(0, 0, kept).to(boxes.device());
+}
+
+at::Tensor nms_by_mask(const at::Tensor& boxes, const at::Tensor& scores, double iou_threshold) {
+  check_boxes(boxes, "nms");
+  const int64_t n = boxes.size(0);
+  if (n == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
+  const at::Tensor order = std::get<1>(at::sort(scores, /*stable=*/true, /*dim=*/0, /*descending=*/true));
+  const at::Tensor b = boxes.index_select(0, order);
+  const at::Tensor x1 = b.select(1, 0), y1 = b.select(1, 1), x2 = b.select(1, 2), y2 = b.select(1, 3);
+  const at::Tensor areas = (x2 - x1) * (y2 - y1);
+  // Row i (the higher score), column j: the loop's w, h, inter and IoU, the same operations.
+  const at::Tensor w = (at::min(x2.unsqueeze(1), x2.unsqueeze(0)) - at::max(x1.unsqueeze(1), x1.unsqueeze(0))).clamp_min(0);
+  const at::Tensor h = (at::min(y2.unsqueeze(1), y2.unsqueeze(0)) - at::max(y1.unsqueeze(1), y1.unsqueeze(0))).clamp_min(0);
+  const at::Tensor inter = w * h;
+  const at::Tensor iou = inter / (areas.unsqueeze(1) + areas.unsqueeze(0) - inter);
+  const at::Tensor over = (iou > threshold_in(b.scalar_type(), iou_threshold)).triu(1).to(at::kByte);
+  // Eight columns a byte, then one copy to the host (n * n / 8 bytes).
+  const int64_t bytes = (n + 7) / 8;
+  const at::Tensor bits = at::tensor(std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128}, at::kLong)
+                              .to(over.device())
+                              .to(at::kByte);
+  const at::Tensor packed = at::constant_pad_nd(over, {0, bytes * 8 - n})
+                                .view({n, bytes, 8})
+                                .mul(bits)
+                                .sum(2)  // int64: at most 255
+                                .to(at::kByte)
+                                .to(at::kCPU)
+                                .contiguous();
+  // The sequential pass, as torchvision's CUDA kernel's host part: a kept box removes the boxes
+  // its row marks.
+  const uint8_t* mask = packed.data_ptr<uint8_t>();
+  std::vector<uint8_t> removed(static_cast<size_t>(bytes), 0);
+  std::vector<int64_t> kept;
+  for (int64_t i = 0; i < n; ++i) {
+    if ((removed[static_cast<size_t>(i / 8)] >> (i % 8)) & 1) continue;
+    kept.push_back(i);
+    const uint8_t* row = mask + i * bytes;
+    for (int64_t k = i / 8; k < bytes; ++k) removed[static_cast<size_t>(k)] |= row[k];
+  }
+  return order.index_select(0, at::tensor(kept, at::kLong).to(order.device()));
 }
 
 at::Tensor batched_nms(const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs,

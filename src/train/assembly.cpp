@@ -442,11 +442,13 @@ void assemble_step(Job& job, const std::string& checkpoint_dir) {
                                               job.device, job.comm.get());
   if (job.detection) job.evaluator->set_ground_truth(job.test_truth);
   job.batch_transforms = make_batch_transforms(job);
-  if (job.detection && !job.batch_transforms.empty()) {
-    // Each moves or mixes pixels without the boxes: a detection set's augmentations are its preset's.
-    throw bad_input("data.dataset = \"detection\": the batch transform {} would change the images without their boxes; "
-                    "detection augmentations are data.detection_preset's",
-                    job.batch_transforms.front()->describe());
+  for (const auto& t : job.batch_transforms) {
+    // Those that move or mix pixels without the boxes: a detection set's augmentations are its preset's.
+    if (job.detection && !t->keeps_boxes()) {
+      throw bad_input("data.dataset = \"detection\": the batch transform {} would change the images without their "
+                      "boxes; detection augmentations are data.detection_preset's",
+                      t->describe());
+    }
   }
   job.observers = make_step_observers(job);
   std::vector<std::string> parts;

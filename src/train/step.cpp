@@ -104,7 +104,7 @@ MicroBatchRecord accumulate_detection_gradients(nn::Detector& detector, const De
     nn::LossDict terms;
     {
       compat::AutocastGuard amp(batch.images.device().type(), options.amp_dtype, options.autocast);
-      terms = detector.losses(images, targets);
+      terms = detector.losses(images, targets, batch.min_size);
     }
     std::vector<at::Tensor> values;
     for (const auto& t : terms) values.push_back(t.second.to(at::kFloat));

@@ -23,7 +23,7 @@ class TestSeamObserver final : public StepObserver {
     if (slow_.count() > 0) std::this_thread::sleep_for(slow_);  // a straggler
     if (trace_) {
       std::fprintf(trace_.get(), "%lld %lld\n", static_cast<long long>(batch.step),
-                   static_cast<long long>(batch.images.size(2)));
+                   static_cast<long long>(batch.detection() ? batch.min_size : batch.images.size(2)));
     }
     if (ledger_) {  // the sample ledger: which samples each step trained on (issue 37)
       std::fprintf(ledger_.get(), "%lld %lld", static_cast<long long>(batch.step), static_cast<long long>(batch.epoch));

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "crucible/train/schedule.h"
 #include "test_util.h"
 
 namespace crucible {
@@ -220,6 +221,60 @@ TEST(DetectionCli, AResumedRunEndsOnTheUninterruptedRunsWeights) {
   EXPECT_EQ(b["resumed_from_step"], 8);
   EXPECT_EQ(a["params_sha256"], b["params_sha256"]);
   for (const char* k : kStats) EXPECT_EQ(a["test_" + std::string(k)], b["test_" + std::string(k)]) << k;
+}
+
+// Two ranks (crucible launch) train a detector with train.multi_scale (M4): each step's
+// shorter side is drawn from (seed, step), so both ranks train the same size at every step
+// (CRUCIBLE_TEST_STEP_TRACE records each rank's), and the sizes are multi_scale_size()'s. The
+// replicas agree at every checkpoint (the trainer compares them and fails the run otherwise). The
+// evaluation runs on both ranks, 8 test images each, and its 12 numbers equal `crucible eval`'s
+// in one process on the weights it ended on (X5).
+TEST(DetectionCli, TwoRanksTrainTheSameMultiScaleSizesAndEvaluateAsOneProcessM4X5) {
+  test::TempDir dir;
+  const std::string set = make_set(dir);
+  const std::vector<int64_t> sizes = {48, 64, 80};
+  const std::vector<std::string> cmd =
+      with(detection_run(dir, set, "two"), {"--set", "train.multi_scale=[48, 64, 80]", "--set", "train.batch_size=4"});
+  std::vector<std::string> launch = {test::crucible_binary(), "launch", "--nproc", "2", "--"};
+  launch.insert(launch.end(), cmd.begin(), cmd.end());
+  ::setenv("CRUCIBLE_TEST_STEP_TRACE", (dir / "sizes").c_str(), 1);
+  const auto two = test::run_command(launch);
+  ::unsetenv("CRUCIBLE_TEST_STEP_TRACE");
+  ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+  test::expect_contains(two.out + two.err, {"multi-scale (M4): each step trains at a shorter side of one of 48, 64, 80 px",
+                                            "evaluation at model.min_size = 64"});
+  auto trace = [&](int rank) {
+    std::vector<std::pair<int64_t, int64_t>> steps;
+    std::istringstream lines(test::read_text(dir / ("sizes.rank" + std::to_string(rank))));
+    int64_t step = 0, size = 0;
+    while (lines >> step >> size) steps.emplace_back(step, size);
+    return steps;
+  };
+  const auto r0 = trace(0), r1 = trace(1);
+  ASSERT_EQ(r0.size(), 12u);  // 48 images over 2 ranks of 4: 6 steps an epoch, 2 epochs
+  EXPECT_EQ(r0, r1) << "the ranks trained different sizes";
+  std::set<int64_t> seen;
+  for (size_t i = 0; i < r0.size(); ++i) {
+    EXPECT_EQ(r0[i].first, static_cast<int64_t>(i));
+    EXPECT_EQ(r0[i].second, train::multi_scale_size(0, r0[i].first, sizes)) << "step " << i;
+    seen.insert(r0[i].second);
+  }
+  EXPECT_EQ(seen, std::set<int64_t>(sizes.begin(), sizes.end()));
+  const json s = json::parse(test::read_text(dir / "two/summary.json"));
+  EXPECT_EQ(s["steps"], 12);
+  EXPECT_EQ(s["world_size"], 2);
+  const std::vector<json> evals = records(dir / "two/metrics.jsonl", "eval");
+  ASSERT_EQ(evals.size(), 2u);
+  EXPECT_EQ(evals.back()["samples"], 16);  // each test image once over the ranks
+
+  const auto one = test::run_command(with(detection_run(dir, set, "two", "eval"), {"--json"}));
+  ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
+  const json e = json::parse(one.out.substr(one.out.rfind("\n{") + 1));
+  for (const char* k : kStats) {
+    ASSERT_TRUE(s["test_" + std::string(k)].is_number()) << k;
+    EXPECT_EQ(e["test_" + std::string(k)], s["test_" + std::string(k)]) << k;
+  }
+  EXPECT_GE(s["test_AP"].get<double>(), 0.0);  // a number the images gave, not COCOeval's -1 for nothing to measure
 }
 
 // A detector needs boxes and a detection set needs a detector: both refused before training.

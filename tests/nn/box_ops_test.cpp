@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "crucible/core/compat.h"
 #include "crucible/io/tensor.h"
 #include "crucible/nn/box_ops.h"
 #include "test_util.h"
@@ -71,6 +72,10 @@ TEST(BoxOps, EqualTorchvisionOpsBitForBit) {
         const at::Tensor got = nms(bx, sc, t);
         EXPECT_TRUE(at::equal(got, want)) << "nms " << size << " " << tag << " " << thr << ": " << got.size(0)
                                           << " kept, torchvision " << want.size(0);
+        // The GPU's path (the IoU mask), run here on the CPU.
+        const at::Tensor by_mask = nms_by_mask(bx, sc, t);
+        EXPECT_TRUE(at::equal(by_mask, want)) << "nms_by_mask " << size << " " << tag << " " << thr << ": "
+                                              << by_mask.size(0) << " kept, torchvision " << want.size(0);
         const at::Tensor bwant = load("bnms_" + size + "_" + tag + "_" + thr);
         const at::Tensor bgot = batched_nms(bx, sc, ids, t);
         EXPECT_TRUE(at::equal(bgot, bwant)) << "batched_nms " << size << " " << tag << " " << thr << ": "
@@ -82,6 +87,48 @@ TEST(BoxOps, EqualTorchvisionOpsBitForBit) {
     }
   }
   EXPECT_EQ(compared, 24);
+}
+
+// An IoU on the threshold's float32 neighbour: torchvision's kernels compare a float32 IoU with
+// the double threshold, so a box whose IoU is float(0.6) (above 0.6) is suppressed at 0.6 by both
+// paths, and one whose IoU is 0.5 exactly is kept at 0.5.
+TEST(BoxOps, NmsComparesTheIouWithTheThresholdInDouble) {
+  // IoU = inter / union with a 10 × 10 box: a second box [0, 0, 10, h] has IoU h / 10.
+  const auto pair = [](float h) { return at::tensor(std::vector<float>{0, 0, 10, 10, 0, 0, 10, h}, at::kFloat).view({2, 4}); };
+  const at::Tensor scores = at::tensor(std::vector<float>{0.9f, 0.8f}, at::kFloat);
+  for (float h : {6.0f, 5.0f, 7.0f}) {
+    const at::Tensor iou = box_iou(pair(h).narrow(0, 0, 1), pair(h).narrow(0, 1, 1));
+    for (double t : {0.5, 0.6, 0.7}) {
+      const int64_t want = static_cast<double>(iou.item<float>()) > t ? 1 : 2;  // the loop's comparison
+      EXPECT_EQ(nms(pair(h), scores, t).size(0), want) << "h " << h << " threshold " << t;
+      EXPECT_EQ(nms_by_mask(pair(h), scores, t).size(0), want) << "h " << h << " threshold " << t;
+    }
+  }
+  // float(0.6) is above 0.6: h = 6 suppresses at threshold 0.6.
+  EXPECT_EQ(box_iou(pair(6).narrow(0, 0, 1), pair(6).narrow(0, 1, 1)).item<float>(), 0.6f);
+  EXPECT_EQ(nms_by_mask(pair(6), scores, 0.6).size(0), 1);
+}
+
+// The CUDA build's GPU path (nms_by_mask on the device) keeps what the CPU kernel keeps, on
+// clusters with tied scores, for nms and batched_nms.
+TEST(BoxOps, NmsOnTheGpuKeepsWhatTheCpuKeeps_CUDA) {
+  if (compat::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  at::manual_seed(48);
+  for (const int64_t n : {1, 300, 3000}) {
+    at::Tensor xy = at::rand({n, 2}, at::kFloat) * 300, wh = at::rand({n, 2}, at::kFloat) * 80;
+    at::Tensor boxes = at::cat({xy, xy + wh}, 1);
+    boxes.narrow(0, n / 2, n - n / 2).copy_(boxes.narrow(0, 0, n - n / 2) + at::rand({n - n / 2, 4}) * 6);
+    const at::Tensor scores = (at::rand({n}, at::kFloat) * 20).round() / 20;
+    const at::Tensor ids = at::randint(0, 5, {n}, at::kLong);
+    for (double t : {0.3, 0.5, 0.6}) {
+      const at::Tensor cpu = nms(boxes, scores, t);
+      const at::Tensor gpu = nms(boxes.cuda(), scores.cuda(), t);
+      EXPECT_TRUE(gpu.is_cuda());
+      EXPECT_TRUE(at::equal(gpu.cpu(), cpu)) << n << " boxes, threshold " << t;
+      EXPECT_TRUE(at::equal(batched_nms(boxes.cuda(), scores.cuda(), ids.cuda(), t).cpu(), batched_nms(boxes, scores, ids, t)))
+          << n << " boxes, threshold " << t;
+    }
+  }
 }
 
 TEST(BoxOps, EmptyInputsAndBadShapes) {

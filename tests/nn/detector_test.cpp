@@ -83,6 +83,12 @@ for i, (img, t) in enumerate(zip(images, targets)):
 model.train()
 losses = model(images, targets)
 print(' '.join('%s=%r' % (k, v.item()) for k, v in losses.items()))
+model.transform.min_size = (75,)   # one multi-scale draw (M4); 75 scales every image exactly in float32
+losses = model(images, targets)
+print('min_size75', ' '.join('%s=%r' % (k, v.item()) for k, v in losses.items()))
+model.transform.min_size = (128,)
+losses = model([images[1]], [targets[1]])   # a batch of background only (D19)
+print('background', ' '.join('%s=%r' % (k, v.item()) for k, v in losses.items()))
 model.eval()
 with torch.no_grad():
     dets = model(images)
@@ -125,18 +131,41 @@ void expect_equal_to_torchvision(const std::string& kind) {
   }
   model->train(true);
   const LossDict losses = model->losses(images, targets);
-  std::istringstream want(out.substr(0, out.find('\n')));
-  std::string field;
-  ASSERT_EQ(losses.size(), kind == "fcos" ? 3u : 2u);
-  for (const auto& [name, value] : losses) {
-    ASSERT_TRUE(want >> field) << out;
-    const std::string key = field.substr(0, field.find('='));
-    const double expected = std::stod(field.substr(field.find('=') + 1));
-    EXPECT_EQ(key, name);
-    EXPECT_NEAR(value.item<double>(), expected, 1e-5 * std::abs(expected)) << name;
-    if (std::getenv("FCOS_PRINT") != nullptr) std::printf("%s crucible %.9g torchvision %.9g\n", name.c_str(), value.item<double>(), expected);
-    EXPECT_GT(expected, 0) << name;  // every term has foreground to measure
-  }
+  // Each term against the oracle's line: "name=value …".
+  const auto expect_terms = [&](const LossDict& terms, const std::string& line, bool foreground = true) {
+    std::istringstream want(line);
+    std::string field;
+    ASSERT_EQ(terms.size(), kind == "fcos" ? 3u : 2u);
+    for (const auto& [name, value] : terms) {
+      ASSERT_TRUE(want >> field) << out;
+      const std::string key = field.substr(0, field.find('='));
+      const double expected = std::stod(field.substr(field.find('=') + 1));
+      EXPECT_EQ(key, name);
+      EXPECT_NEAR(value.item<double>(), expected, 1e-5 * std::abs(expected)) << name;
+      if (std::getenv("FCOS_PRINT") != nullptr) std::printf("%s crucible %.9g torchvision %.9g\n", name.c_str(), value.item<double>(), expected);
+      if (foreground || name == "classification") {
+        EXPECT_GT(expected, 0) << name;  // every term has foreground to measure
+      } else {
+        EXPECT_EQ(value.item<double>(), 0.0) << name;  // no foreground: the box terms are 0, not NaN
+      }
+    }
+  };
+  expect_terms(losses, out.substr(0, out.find('\n')));
+  // M4: a multi-scale step's min_size (75 here, the model's is 128) trains as torchvision's
+  // transform with that min_size, and differs from the model's own size.
+  const std::string tag = "min_size75 ";
+  const size_t at75 = out.find(tag);
+  ASSERT_NE(at75, std::string::npos) << out;
+  const LossDict at_75 = model->losses(images, targets, 75);
+  expect_terms(at_75, out.substr(at75 + tag.size(), out.find('\n', at75) - at75 - tag.size()));
+  EXPECT_NE(at_75[0].second.item<double>(), losses[0].second.item<double>());
+  // D19: an image without boxes trains as background, alone in its batch too: the classification
+  // term pushes every place towards background, the box terms are 0.
+  const std::string bg = "background ";
+  const size_t at_bg = out.find(bg);
+  ASSERT_NE(at_bg, std::string::npos) << out;
+  expect_terms(model->losses({images[1]}, {targets[1]}),
+               out.substr(at_bg + bg.size(), out.find('\n', at_bg) - at_bg - bg.size()), /*foreground=*/false);
   // The loss reaches every trained parameter and no frozen one.
   at::Tensor total = losses[0].second;
   for (size_t i = 1; i < losses.size(); ++i) total = total + losses[i].second;
@@ -349,8 +378,10 @@ for kind, cls in (('fcos', FCOS), ('retinanet', RetinaNet)):
   }
 }
 
-TEST(Fcos, EqualsTorchvisionLossesAndDetections) { expect_equal_to_torchvision("fcos"); }
-TEST(RetinaNet, EqualsTorchvisionLossesAndDetections) { expect_equal_to_torchvision("retinanet"); }
+TEST(Fcos, EqualsTorchvisionLossesAndDetectionsBackgroundOnlyBatchesIncludedD19) { expect_equal_to_torchvision("fcos"); }
+TEST(RetinaNet, EqualsTorchvisionLossesAndDetectionsBackgroundOnlyBatchesIncludedD19) {
+  expect_equal_to_torchvision("retinanet");
+}
 
 }  // namespace
 }  // namespace crucible::nn

@@ -10,6 +10,8 @@
 #include <torch/nn/module.h>
 
 #include "crucible/core/compat.h"
+#include "crucible/data/loader/loader.h"
+#include "crucible/nn/detection/detector.h"
 #include "crucible/nn/model.h"
 #include "crucible/nn/model_options.h"
 #include "crucible/train/grad_scaler.h"
@@ -143,6 +145,32 @@ TEST(Step, EachParameterGroupsUpdateNormIsMeasuredT4) {
   EXPECT_EQ(every_second.sums().group_norms.abs().sum().item<double>(), 0.0);
   every_second.run(x, y, 1, oo.lr, oo.beta1, false);
   EXPECT_GT(every_second.sums().group_norms[0].item<double>(), 0.0);
+}
+
+// A detection batch's training targets leave the crowd regions out, as torchvision's reference
+// (ConvertCocoPolysToMask: iscrowd == 0 kept) does; an image whose only box is a crowd trains
+// as background; an image without crowd boxes keeps every box, in order, as a view.
+TEST(Step, DetectionTargetsLeaveCrowdRegionsOutOfTraining) {
+  data::Batch host;
+  host.detection = true;
+  host.labels = {-1, -1, -1};
+  host.box_offsets = {0, 3, 4, 6};
+  host.box_crowd = {0, 1, 0, 1, 0, 0};
+  host.box_labels = {1, 2, 3, 4, 5, 6};
+  const at::Tensor boxes = at::arange(24, at::kFloat).view({6, 4});
+  const at::Tensor labels = at::tensor(host.box_labels, at::kLong);
+  const std::vector<nn::BoxTargets> t = detection_targets(host, boxes, labels);
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_TRUE(at::equal(t[0].labels, at::tensor(std::vector<int64_t>{1, 3}, at::kLong)));
+  EXPECT_TRUE(at::equal(t[0].boxes, at::stack({boxes[0], boxes[2]})));
+  EXPECT_EQ(t[1].boxes.sizes(), (std::vector<int64_t>{0, 4}));  // background only
+  EXPECT_EQ(t[1].labels.numel(), 0);
+  EXPECT_TRUE(at::equal(t[2].labels, labels.narrow(0, 4, 2)));
+  EXPECT_TRUE(at::equal(t[2].boxes, boxes.narrow(0, 4, 2)));
+  EXPECT_EQ(t[2].boxes.data_ptr(), boxes[4].data_ptr());  // a view: no copy for an image without crowd
+  host.box_crowd.clear();  // a source without crowd flags (YOLO labels): every box trains
+  const std::vector<nn::BoxTargets> all = detection_targets(host, boxes, labels);
+  EXPECT_TRUE(at::equal(all[0].labels, labels.narrow(0, 0, 3)));
 }
 
 }  // namespace

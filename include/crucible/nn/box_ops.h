@@ -4,8 +4,8 @@
 // a box suppressed when its IoU with a kept one is above the threshold) and batched_nms (per
 // category: above 4000 coordinates on the CPU one nms per category then the kept sorted by score,
 // else every box moved by its category times the largest coordinate + 1 and one nms, as
-// torchvision chooses). CPU tensors; CUDA ones in the CUDA build run the same ATen operations
-// except nms's loop, which runs on the host copy. Issue 48.
+// torchvision chooses). CPU tensors, and CUDA ones in the CUDA build: there nms is nms_by_mask.
+// Issue 48.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,6 +17,12 @@ at::Tensor box_iou(const at::Tensor& boxes1, const at::Tensor& boxes2);         
 at::Tensor generalized_box_iou(const at::Tensor& boxes1, const at::Tensor& boxes2);  // [N, M]
 // The kept boxes' indices (int64), highest score first.
 at::Tensor nms(const at::Tensor& boxes, const at::Tensor& scores, double iou_threshold);
+// nms as torchvision's CUDA kernel divides it, in ATen operations on the boxes' device: every
+// pair's IoU in score order against the threshold (compared as the loop compares, in double),
+// packed 8 to a byte, copied to the host once, then the sequential pass. The same kept indices
+// as the loop; nms() takes it for boxes off the CPU (a GPU's detections), and on the CPU the
+// tests compare it with torchvision.
+at::Tensor nms_by_mask(const at::Tensor& boxes, const at::Tensor& scores, double iou_threshold);
 at::Tensor batched_nms(const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs,
                        double iou_threshold);
 

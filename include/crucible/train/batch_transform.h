@@ -31,6 +31,9 @@ struct DeviceBatch {
   // torchvision's reference leaves them out of training); `targets` is unused.
   std::vector<int64_t> image_sizes;
   std::vector<nn::BoxTargets> boxes;
+  // Detection: the shorter side this step trains at (train.multi_scale, M4: the detector's resize
+  // takes it in place of model.min_size; max_size still caps the longer side); 0: model.min_size.
+  int64_t min_size = 0;
   bool detection() const { return !image_sizes.empty(); }
 };
 
@@ -39,6 +42,9 @@ class BatchTransform {
   virtual ~BatchTransform() = default;
   virtual void apply(DeviceBatch& batch) = 0;
   virtual std::string describe() const = 0;  // one phrase for the log
+  // Whether it keeps a detection batch's boxes true to its images (a detection set refuses the
+  // transforms that move or mix pixels without their boxes).
+  virtual bool keeps_boxes() const { return false; }
 };
 
 using BatchTransforms = std::vector<std::unique_ptr<BatchTransform>>;

@@ -11,13 +11,15 @@ namespace crucible::train {
 
 inline constexpr const char* kMultiScalePiece = "multi_scale";  // its name in the registry
 struct MultiScaleOptions {
-  // Square input sizes to train at, one per step drawn from (seed, step) — the same on every
-  // rank; empty = the data's own size. Evaluation uses the data's size.
+  // Input sizes to train at, one per step drawn from (seed, step) — the same on every rank: a
+  // classifier's square input, a detector's shorter side (its min_size for that step); empty =
+  // the data's own size (a detector's model.min_size). Evaluation uses the data's size.
   std::vector<double> sizes;
 };
 inline void declare_settings(ConfigSchema& s, MultiScaleOptions& o) {
   s.add("train", "multi_scale", &o.sizes,
-        "M4: square input sizes, one per step drawn from (seed, step), the same on every rank; [] = off");
+        "M4: input sizes, one per step drawn from (seed, step), the same on every rank: square for a classifier, "
+        "the shorter side (min_size) for a detector; [] = off");
 }
 
 }  // namespace crucible::train

@@ -37,12 +37,14 @@ OneStageDetector::OneStageDetector(std::shared_ptr<torch::nn::Module> module, st
                                    const DetectorOptions& options)
     : Detector(std::move(module)), o_(options), name_(std::move(name)) {}
 
-LossDict OneStageDetector::losses(const std::vector<at::Tensor>& images, const std::vector<BoxTargets>& targets) {
+LossDict OneStageDetector::losses(const std::vector<at::Tensor>& images, const std::vector<BoxTargets>& targets,
+                                  int64_t min_size) {
   if (targets.size() != images.size()) {
     throw bad_input("{}: {} images with {} targets; one target per image", name_, images.size(), targets.size());
   }
   std::vector<BoxTargets> resized = targets;
-  const ImageList batch = transform_images(images, o_, &resized);
+  if (min_size < 0) throw bad_input("{}: min_size {}; expected a size in pixels, or 0 for the model's", name_, min_size);
+  const ImageList batch = transform_images(images, o_, &resized, min_size);
   const HeadOutputs out = run(batch.tensors);
   return loss_terms(out, pad_targets(resized, out.bbox_regression.options()));
 }
@@ -111,7 +113,7 @@ at::Tensor clip_boxes_to_image(const at::Tensor& boxes, std::pair<int64_t, int64
 }
 
 ImageList transform_images(const std::vector<at::Tensor>& images, const DetectorOptions& o,
-                           std::vector<BoxTargets>* targets) {
+                           std::vector<BoxTargets>* targets, int64_t min_size) {
   if (images.empty()) throw bad_input("detector: no images given");
   std::vector<at::Tensor> resized;
   ImageList out;
@@ -126,7 +128,7 @@ ImageList transform_images(const std::vector<at::Tensor>& images, const Detector
     const at::Tensor std = at::tensor(o.image_std, at::kDouble).to(image.options());
     at::Tensor x = (image - mean.view({-1, 1, 1})) / std.view({-1, 1, 1});
     const std::pair<int64_t, int64_t> before{x.size(1), x.size(2)};
-    x = resize_image(x, o.min_size, o.max_size);
+    x = resize_image(x, min_size > 0 ? min_size : o.min_size, o.max_size);
     const std::pair<int64_t, int64_t> after{x.size(1), x.size(2)};
     if (targets != nullptr) (*targets)[i].boxes = resize_boxes((*targets)[i].boxes, before, after);
     out.sizes.push_back(after);

@@ -23,13 +23,14 @@ namespace crucible::nn::detection {
 
 // GeneralizedRCNNTransform's output: the images normalised, resized and padded into one
 // [B, 3, H, W] tensor (H and W multiples of 32), each image's size after the resize, and the
-// targets' boxes resized with them.
+// targets' boxes resized with them. `min_size` > 0 replaces options.min_size (one training
+// step's multi-scale size, as GeneralizedRCNNTransform's torch_choice(min_size) draws one).
 struct ImageList {
   at::Tensor tensors;
   std::vector<std::pair<int64_t, int64_t>> sizes;  // (height, width) after the resize
 };
 ImageList transform_images(const std::vector<at::Tensor>& images, const DetectorOptions& options,
-                           std::vector<BoxTargets>* targets);
+                           std::vector<BoxTargets>* targets, int64_t min_size = 0);
 // transform.postprocess's resize_boxes: boxes from `from` (h, w) to `to`.
 at::Tensor resize_boxes(const at::Tensor& boxes, std::pair<int64_t, int64_t> from, std::pair<int64_t, int64_t> to);
 // box_ops.clip_boxes_to_image.
@@ -123,7 +124,9 @@ class OneStageDetector : public Detector {
  public:
   // `name` ("fcos_resnet50_fpn") names the model in messages and describe().
   OneStageDetector(std::shared_ptr<torch::nn::Module> module, std::string name, const DetectorOptions& options);
-  LossDict losses(const std::vector<at::Tensor>& images, const std::vector<BoxTargets>& targets) final;
+  using Detector::losses;
+  LossDict losses(const std::vector<at::Tensor>& images, const std::vector<BoxTargets>& targets,
+                  int64_t min_size) final;
   std::vector<Detections> detect(const std::vector<at::Tensor>& images) final;
   InputSpec input_spec() const final;
   std::string describe() const final;

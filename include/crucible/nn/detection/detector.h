@@ -39,8 +39,14 @@ class Detector : public ModuleModel {
   using ModuleModel::ModuleModel;
   // A detector takes a list of images of different sizes; forward on one tensor is refused.
   at::Tensor forward(const at::Tensor& x) override;
-  // The loss terms for `images` (each [3, h, w] float in 0–1) and their targets.
-  virtual LossDict losses(const std::vector<at::Tensor>& images, const std::vector<BoxTargets>& targets) = 0;
+  // The loss terms for `images` (each [3, h, w] float in 0–1) and their targets, each image
+  // resized so its shorter side is `min_size` (0: the options' min_size; M4's multi-scale step
+  // passes its own), the longer side capped at max_size.
+  virtual LossDict losses(const std::vector<at::Tensor>& images, const std::vector<BoxTargets>& targets,
+                          int64_t min_size) = 0;
+  LossDict losses(const std::vector<at::Tensor>& images, const std::vector<BoxTargets>& targets) {
+    return losses(images, targets, 0);
+  }
   // Post-processed detections for each image (call in eval mode, without gradients).
   virtual std::vector<Detections> detect(const std::vector<at::Tensor>& images) = 0;
   // The ResNet trunk is backbone.body (model.init from torchvision's ImageNet weights).
