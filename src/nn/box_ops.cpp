@@ -111,7 +111,7 @@ at::Tensor nms(const at::Tensor& boxes, const at::Tensor& scores, double iou_thr
   const bool reduced = boxes.scalar_type() == at::kHalf || boxes.scalar_type() == at::kBFloat16;
   const auto dtype = reduced ? at::kFloat : boxes.scalar_type();
   if (!boxes.is_cpu()) return nms_by_mask(boxes.to(dtype), scores.to(dtype), iou_threshold);
-  // torchvision's CPU kernel
+  // torchvision's CPU kernel; outside the step: post-processing of predictions
   const at::Tensor dets = boxes.to(at::kCPU, dtype), s = scores.to(at::kCPU, dtype);
   at::Tensor keep = at::empty({dets.size(0)}, dets.options().dtype(at::kLong));
   int64_t kept = 0;
@@ -145,6 +145,7 @@ at::Tensor nms_by_mask(const at::Tensor& boxes, const at::Tensor& scores, double
                                 .mul(bits)
                                 .sum(2)  // int64: at most 255
                                 .to(at::kByte)
+                                // outside the step: post-processing of predictions
                                 .to(at::kCPU)
                                 .contiguous();
   // The sequential pass, as torchvision's CUDA kernel's host part: a kept box removes the boxes

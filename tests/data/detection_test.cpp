@@ -76,6 +76,30 @@ TEST(DetectionSource, CocoImagesInIdOrderAndCategoriesContiguousD16) {
   EXPECT_EQ(c.height, 30);
 }
 
+// data.train_samples / data.test_samples on a detection set: the evenly spaced subset is still a
+// detection source — boxes, the file's category ids, each image's size by the subset's index,
+// the box counts and the EXIF rule are the base's.
+TEST(DetectionSource, AnEvenlySpacedSubsetKeepsTheBoxesAndCategoryIds) {
+  TempDir dir;
+  const std::string path = write_coco(dir, {{30, 40, 30}, {10, 50, 20}, {20, 24, 24}, {40, 16, 12}},
+                                      json::array({ann(5, 30, 7, {1.5, 2, 10, 5}), ann(6, 10, 1, {0, 0, 50, 20}),
+                                                   ann(9, 40, 3, {2, 1, 4, 7})}));
+  const std::shared_ptr<const SampleSource> base = open_samples(path);
+  const auto sub = subset_evenly(base, 2);  // images 0 and 2 of 4: ids 10 and 30
+  ASSERT_TRUE(sub->has_boxes());
+  EXPECT_FALSE(sub->exif_orientation());
+  EXPECT_EQ(sub->category_ids(), base->category_ids());
+  EXPECT_EQ(sub->get(1).image_id, 30);
+  EXPECT_EQ(boxes_of(*sub, 1), boxes_of(*base, 2));
+  int w = 0, h = 0;
+  ASSERT_TRUE(sub->image_size(1, &w, &h));
+  EXPECT_EQ(w, 40);  // image 30's, not image 20's (24 × 24)
+  EXPECT_EQ(h, 30);
+  EXPECT_FALSE(sub->image_size(2, &w, &h));
+  EXPECT_GT(base->box_counts().kept, 0);
+  EXPECT_EQ(sub->box_counts().kept, base->box_counts().kept);
+}
+
 TEST(DetectionSource, CocoBadInputNamesTheFileAndTheAnnotation) {
   TempDir dir;
   const std::vector<std::tuple<int64_t, int, int>> images = {{1, 32, 32}};

@@ -277,6 +277,29 @@ TEST(DetectionCli, TwoRanksTrainTheSameMultiScaleSizesAndEvaluateAsOneProcessM4X
   EXPECT_GE(s["test_AP"].get<double>(), 0.0);  // a number the images gave, not COCOeval's -1 for nothing to measure
 }
 
+// data.train_samples and data.test_samples take evenly spaced subsets of a detection set (they
+// were refused as "holds no boxes"): 16 training images give 2 steps an epoch, 8 test images
+// are evaluated, and `crucible eval` on the same subset gives the training's numbers.
+TEST(DetectionCli, SubsetsOfADetectionSetTrainAndEvaluateOnTheirImages) {
+  test::TempDir dir;
+  const std::string set = make_set(dir);
+  const auto cmd = with(detection_run(dir, set, "sub"), {"--set", "data.train_samples=16", "--set", "data.test_samples=8"});
+  const auto train = test::run_command(cmd);
+  ASSERT_EQ(train.exit_code, 0) << train.out << train.err;
+  const json s = json::parse(test::read_text(dir / "sub/summary.json"));
+  EXPECT_EQ(s["steps"], 4);
+  const std::vector<json> evals = records(dir / "sub/metrics.jsonl", "eval");
+  ASSERT_EQ(evals.size(), 2u);
+  EXPECT_EQ(evals.back()["samples"], 8);
+  std::vector<std::string> eval_cmd = cmd;
+  eval_cmd[1] = "eval";
+  eval_cmd.push_back("--json");
+  const auto eval = test::run_command(eval_cmd);
+  ASSERT_EQ(eval.exit_code, 0) << eval.out << eval.err;
+  const json e = json::parse(eval.out.substr(eval.out.rfind("\n{") + 1));
+  for (const char* k : kStats) EXPECT_EQ(e["test_" + std::string(k)], s["test_" + std::string(k)]) << k;
+}
+
 // A detector needs boxes and a detection set needs a detector: both refused before training.
 TEST(DetectionCli, ADetectorOnClassLabelsOrAClassifierOnBoxesIsRefused) {
   test::TempDir dir;

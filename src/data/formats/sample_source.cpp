@@ -77,6 +77,15 @@ class EvenSubset final : public SampleSource {
     base_->plan(mapped);
   }
   bool remote_io(RemoteIo* out) const override { return base_->remote_io(out); }
+  // Detection: the base's boxes, category ids and box counts, and its images' sizes by index.
+  bool has_boxes() const override { return base_->has_boxes(); }
+  std::vector<int64_t> category_ids() const override { return base_->category_ids(); }
+  bool image_size(int64_t index, int* width, int* height) const override {
+    if (index < 0 || index >= n_) return false;
+    return base_->image_size(base_index(index), width, height);
+  }
+  BoxCounts box_counts() const override { return base_->box_counts(); }
+  bool exif_orientation() const override { return base_->exif_orientation(); }
 
  private:
   // i × size / n without overflow for any size an index can hold (i < n ≤ size < 2^63).
