@@ -13,7 +13,8 @@ namespace crucible::train {
 
 struct TestSeams {
   // CRUCIBLE_TEST_STEP_TRACE=PREFIX (M4, X8): each rank appends "<step> <input size>" for every
-  // training step to PREFIX.rank<R> (a detector's: the step's min_size, 0 for model.min_size), and writes what its data pipelines say of themselves
+  // training step to PREFIX.rank<R> (a detector's size: the step's min_size, 0 for
+  // model.min_size), and writes what its data pipelines say of themselves
   // (describe(), the train's then the test's) to PREFIX.rank<R>.data, and the sample ledger —
   // "<step> <epoch> <sample id>…" for every step — to PREFIX.rank<R>.samples. Empty: off.
   std::string step_trace;
