@@ -235,22 +235,13 @@ TEST(DetectionCli, TwoRanksTrainTheSameMultiScaleSizesAndEvaluateAsOneProcessM4X
   const std::vector<int64_t> sizes = {48, 64, 80};
   const std::vector<std::string> cmd =
       with(detection_run(dir, set, "two"), {"--set", "train.multi_scale=[48, 64, 80]", "--set", "train.batch_size=4"});
-  std::vector<std::string> launch = {test::crucible_binary(), "launch", "--nproc", "2", "--"};
-  launch.insert(launch.end(), cmd.begin(), cmd.end());
   ::setenv("CRUCIBLE_TEST_STEP_TRACE", (dir / "sizes").c_str(), 1);
-  const auto two = test::run_command(launch);
+  const auto two = test::run_command(test::launched(2, cmd));
   ::unsetenv("CRUCIBLE_TEST_STEP_TRACE");
   ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
   test::expect_contains(two.out + two.err, {"multi-scale (M4): each step trains at a shorter side of one of 48, 64, 80 px",
                                             "evaluation at model.min_size = 64"});
-  auto trace = [&](int rank) {
-    std::vector<std::pair<int64_t, int64_t>> steps;
-    std::istringstream lines(test::read_text(dir / ("sizes.rank" + std::to_string(rank))));
-    int64_t step = 0, size = 0;
-    while (lines >> step >> size) steps.emplace_back(step, size);
-    return steps;
-  };
-  const auto r0 = trace(0), r1 = trace(1);
+  const auto r0 = test::read_step_trace(dir / "sizes", 0), r1 = test::read_step_trace(dir / "sizes", 1);
   ASSERT_EQ(r0.size(), 12u);  // 48 images over 2 ranks of 4: 6 steps an epoch, 2 epochs
   EXPECT_EQ(r0, r1) << "the ranks trained different sizes";
   std::set<int64_t> seen;

@@ -42,11 +42,7 @@ std::vector<std::string> train_cmd(const test::TempDir& dir, const std::string& 
   return cmd;
 }
 
-std::vector<std::string> launched(int nproc, const std::vector<std::string>& cmd) {
-  std::vector<std::string> l = {test::crucible_binary(), "launch", "--nproc", std::to_string(nproc), "--"};
-  l.insert(l.end(), cmd.begin(), cmd.end());
-  return l;
-}
+using test::launched;
 
 std::string newest_checkpoint(const std::string& run_dir) {
   std::string best;
@@ -581,14 +577,7 @@ TEST(DistTrain, MultiScaleTrainsOnTwoRanksM4) {
   ::unsetenv("CRUCIBLE_TEST_STEP_TRACE");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   expect_contains(r.out, "multi-scale (M4): each step trains at one of 20, 28, 36 px");
-  auto trace = [&](int rank) {
-    std::vector<std::pair<int64_t, int64_t>> steps;
-    std::istringstream lines(test::read_text(d / ("sizes.rank" + std::to_string(rank))));
-    int64_t step = 0, size = 0;
-    while (lines >> step >> size) steps.emplace_back(step, size);
-    return steps;
-  };
-  const auto r0 = trace(0), r1 = trace(1);
+  const auto r0 = test::read_step_trace(d / "sizes", 0), r1 = test::read_step_trace(d / "sizes", 1);
   ASSERT_EQ(r0.size(), 30u);
   EXPECT_EQ(r0, r1) << "the ranks trained different sizes";
   std::set<int64_t> seen;

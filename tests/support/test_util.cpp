@@ -229,6 +229,20 @@ std::string crucible_binary() {
 #endif
 }
 
+std::vector<std::string> launched(int nproc, const std::vector<std::string>& cmd) {
+  std::vector<std::string> l = {crucible_binary(), "launch", "--nproc", std::to_string(nproc), "--"};
+  l.insert(l.end(), cmd.begin(), cmd.end());
+  return l;
+}
+
+std::vector<std::pair<int64_t, int64_t>> read_step_trace(const std::string& prefix, int rank) {
+  std::vector<std::pair<int64_t, int64_t>> steps;
+  std::istringstream lines(read_text(prefix + ".rank" + std::to_string(rank)));
+  int64_t step = 0, size = 0;
+  while (lines >> step >> size) steps.emplace_back(step, size);
+  return steps;
+}
+
 nlohmann::json read_tfevents(const std::string& dir) {
   return nlohmann::json::parse(run_python_in(kPython, "import runpy, sys\n"
                                           "sys.argv = ['read_tfevents.py', '" + dir + "']\n"

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -134,6 +136,12 @@ void write_text(const std::string& path, const std::string& text);
 
 // Path of the crucible program under test (set by CMake).
 std::string crucible_binary();
+
+// `cmd` run on `nproc` local ranks: crucible launch --nproc N -- cmd….
+std::vector<std::string> launched(int nproc, const std::vector<std::string>& cmd);
+
+// What CRUCIBLE_TEST_STEP_TRACE=PREFIX left for `rank`: (step, input size) per training step.
+std::vector<std::pair<int64_t, int64_t>> read_step_trace(const std::string& prefix, int rank);
 
 // T13: two summaries of the same 2-epoch job, with train.release_cache on and off. Expects each
 // epoch end to have released at least `at_least` bytes and to hold that much less than the run

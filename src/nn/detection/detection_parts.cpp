@@ -42,8 +42,8 @@ LossDict OneStageDetector::losses(const std::vector<at::Tensor>& images, const s
   if (targets.size() != images.size()) {
     throw bad_input("{}: {} images with {} targets; one target per image", name_, images.size(), targets.size());
   }
-  std::vector<BoxTargets> resized = targets;
   if (min_size < 0) throw bad_input("{}: min_size {}; expected a size in pixels, or 0 for the model's", name_, min_size);
+  std::vector<BoxTargets> resized = targets;
   const ImageList batch = transform_images(images, o_, &resized, min_size);
   const HeadOutputs out = run(batch.tensors);
   return loss_terms(out, pad_targets(resized, out.bbox_regression.options()));
